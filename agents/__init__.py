@@ -1,0 +1,1 @@
+"""kernelwright.agents — see DESIGN.md; not built yet."""

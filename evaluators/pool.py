@@ -1,0 +1,259 @@
+"""Candidate worker processes, seen from the trusted side: start, talk, watch, kill.
+
+Each candidate gets a process no other candidate touched: started with an allow-listed environment (no
+API keys or tokens), a fresh scratch directory as its working directory and home, its own Triton cache,
+its own process group (so everything it spawns dies with it), no core dumps and a cap on file sizes.
+A watchdog enforces a resident-memory limit. Spare workers are started ahead of need so the cost of
+importing torch and creating a CUDA context is off the critical path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from . import wire
+from .result import Reason
+
+log = logging.getLogger(__name__)
+
+_PASS_ENV = re.compile(
+    r"^(PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|PYTHONPATH|LD_LIBRARY_PATH|CUDA_HOME|CUDA_PATH|CUDA_VISIBLE_DEVICES|"
+    r"CUDA_DEVICE_ORDER|NVIDIA_VISIBLE_DEVICES|NVIDIA_DRIVER_CAPABILITIES|CC|CXX|OMP_NUM_THREADS|"
+    r"MKL_NUM_THREADS|OPENBLAS_[A-Z_]+|NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS|"
+    r"TRITON_(PTXAS_PATH|CUOBJDUMP_PATH|NVDISASM_PATH|LIBCUDA_PATH|CUDACRT_PATH|CUDART_PATH|INTERPRET))$"
+)
+_SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
+LOG_LIMIT = 8000
+
+
+def scrubbed_env(scratch: str, device: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The only environment a candidate process gets: an allow-list, never anything secret-looking."""
+    src = os.environ if base is None else base
+    env = {k: v for k, v in src.items() if _PASS_ENV.match(k) and not _SECRETISH.search(k)}
+    env.update({
+        "HOME": scratch, "TMPDIR": scratch, "TRITON_CACHE_DIR": os.path.join(scratch, "triton-cache"),
+        "TRITON_HOME": scratch, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+        "PYTHONNOUSERSITE": "1", "CUDA_MODULE_LOADING": "LAZY",
+    })
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+@dataclass
+class WorkerFault(Exception):
+    """The worker stopped being a worker: it hung, died or broke the protocol. Carries the verdict."""
+
+    reason: Reason
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
+@dataclass
+class Limits:
+    """Per-phase wall-clock limits (seconds) and memory limit for one candidate process."""
+
+    startup_s: float = 120.0
+    load_s: float = 120.0
+    first_call_s: float = 300.0
+    call_s: float = 60.0
+    memory_bytes: int = 16 << 30
+
+
+class Worker:
+    """One candidate process. Single-use: after `close()` (or any fault) it is gone."""
+
+    def __init__(self, device: str, limits: Limits) -> None:
+        self.device = device
+        self.limits = limits
+        self.scratch = tempfile.mkdtemp(prefix="kw-worker-")
+        os.makedirs(os.path.join(self.scratch, "triton-cache"), exist_ok=True)
+        parent, child = socket.socketpair()
+        self.sock = parent
+        self.log_path = os.path.join(self.scratch, "worker.log")
+        self._log = open(self.log_path, "wb")
+        self.started = time.monotonic()
+        self.startup_s: float | None = None
+        self.info: dict[str, Any] = {}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-s", "-m", "kernelwright.evaluators.worker", "--fd", str(child.fileno()),
+             "--device", device],
+            cwd=self.scratch, env=scrubbed_env(self.scratch, device), stdin=subprocess.DEVNULL,
+            stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(child.fileno(),),
+            start_new_session=True, preexec_fn=_limit_self, close_fds=True,
+        )
+        child.close()
+        self._ready = False
+        self._oom = False
+
+    # -- health ---------------------------------------------------------------------------------------
+
+    def rss(self) -> int:
+        try:
+            with open(f"/proc/{self.proc.pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def _poll(self) -> None:
+        if self.rss() > self.limits.memory_bytes:
+            self._oom = True
+            self.kill()
+            raise WorkerFault(Reason.OUT_OF_MEMORY,
+                              f"the candidate's process used more than {self.limits.memory_bytes >> 20} MiB of host memory")
+
+    def _died(self, phase: str) -> WorkerFault:
+        if self._oom:
+            return WorkerFault(Reason.OUT_OF_MEMORY, f"the candidate's process exceeded its memory limit during {phase}")
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.wait()
+        if code < 0:
+            sig = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            if -code == signal.SIGKILL and self.rss() == 0:
+                return WorkerFault(Reason.CRASHED, f"the candidate's process was killed ({sig}) during {phase} "
+                                   "(possibly out of memory)")
+            return WorkerFault(Reason.CRASHED, f"the candidate's process died from {sig} during {phase}")
+        return WorkerFault(Reason.CRASHED, f"the candidate's process exited (status {code}) during {phase}: "
+                           "a candidate must return from forward, never exit")
+
+    # -- protocol -------------------------------------------------------------------------------------
+
+    def wait_ready(self) -> dict[str, Any]:
+        if self._ready:
+            return self.info
+        remaining = self.limits.startup_s - (time.monotonic() - self.started)
+        header, _ = self._receive(max(remaining, 1.0), "start-up")
+        if header.get("op") != "ready":
+            raise WorkerFault(Reason.WORKER_ERROR, "the worker did not start properly")
+        self._ready = True
+        self.startup_s = time.monotonic() - self.started
+        self.info = header
+        return header
+
+    def request(self, header: dict[str, Any], payload: Any, timeout: float, phase: str,
+                max_bytes: int = 1 << 34) -> tuple[dict[str, Any], Any]:
+        self.wait_ready()
+        try:
+            wire.send(self.sock, header, payload, timeout=max(timeout, 30.0))
+        except wire.WireError as e:
+            raise self._died(phase) if self.proc.poll() is not None else WorkerFault(
+                Reason.WORKER_ERROR, f"could not send to the worker: {e}") from e
+        return self._receive(timeout, phase, max_bytes)
+
+    def _receive(self, timeout: float, phase: str, max_bytes: int = 1 << 34) -> tuple[dict[str, Any], Any]:
+        try:
+            return wire.recv(self.sock, timeout=timeout, max_bytes=max_bytes, poll=self._poll)
+        except wire.WireTimeout:
+            self.kill()
+            raise WorkerFault(Reason.TIMEOUT, f"the candidate did not finish {phase} within {timeout:.0f} s") from None
+        except wire.PeerClosed:
+            raise self._died(phase) from None
+        except wire.WireError as e:
+            self.kill()
+            raise WorkerFault(Reason.CRASHED, f"the candidate's process sent a malformed message during {phase} ({e})") from None
+
+    def log_tail(self, limit: int = LOG_LIMIT) -> str:
+        try:
+            self._log.flush()
+            size = os.path.getsize(self.log_path)
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, size - limit))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            log.warning("worker %s did not die within 10 s of SIGKILL", self.proc.pid)
+
+    def close(self) -> None:
+        if self.proc.poll() is None and self._ready:
+            try:
+                wire.send(self.sock, {"op": "exit"}, timeout=1.0)
+                self.proc.wait(timeout=2)
+            except (wire.WireError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        try:
+            # Kill anything that left the process group and still lingers, then drop the scratch space.
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.sock.close()
+        self._log.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _limit_self() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30))
+
+
+class WorkerPool:
+    """Hands out fresh workers for one device, keeping `spares` started ahead of need."""
+
+    def __init__(self, device: str, limits: Limits | None = None, spares: int = 1) -> None:
+        self.device = device
+        self.limits = limits or Limits()
+        self.spares = spares
+        self._ready: deque[Worker] = deque()
+        self._lock = threading.Lock()
+        self._closed = False
+        self.fill()
+
+    def fill(self) -> None:
+        with self._lock:
+            while not self._closed and len(self._ready) < self.spares:
+                self._ready.append(Worker(self.device, self.limits))
+
+    def acquire(self) -> Worker:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the worker pool is closed")
+            worker = self._ready.popleft() if self._ready else Worker(self.device, self.limits)
+        self.fill()
+        return worker
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            workers = list(self._ready)
+            self._ready.clear()
+        for w in workers:
+            w.close()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,144 @@
+"""Verdicts of the evaluation service: the stable, JSON-serialisable boundary every other layer reads.
+
+Owns `Reason` (the machine-readable codes), `Check`, `EvalResult` and the bounding/redaction of any
+text that may reach a language model or a user. Imports nothing of the rest of kernelwright.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+DETAIL_LIMIT = 2000
+"""Longest `detail` (characters) a verdict carries: it is shown to language models."""
+
+
+class Reason(StrEnum):
+    """Why a candidate passed or failed. Values are stable: traces, reports and tools rely on them."""
+
+    OK = "ok"
+    # Before running anything.
+    SYNTAX_ERROR = "syntax_error"
+    FORBIDDEN_CODE = "forbidden_code"
+    # Loading.
+    COMPILE_ERROR = "compile_error"
+    MISSING_MODEL_NEW = "missing_model_new"
+    INIT_ERROR = "init_error"
+    PARAMETER_MISMATCH = "parameter_mismatch"
+    # Running.
+    RUNTIME_ERROR = "runtime_error"
+    FORBIDDEN_OP = "forbidden_op"
+    FORBIDDEN_CALL = "forbidden_call"
+    NO_CUSTOM_KERNEL = "no_custom_kernel"
+    DECOY_KERNEL = "decoy_kernel"
+    TAMPERING = "tampering"
+    # Outputs.
+    BAD_OUTPUT = "bad_output"
+    WRONG_SHAPE = "wrong_shape"
+    WRONG_DTYPE = "wrong_dtype"
+    WRONG_DEVICE = "wrong_device"
+    WRONG_STRIDES = "wrong_strides"
+    WRONG_OUTPUT = "wrong_output"
+    NAN_OUTPUT = "nan_output"
+    STALE_OUTPUT = "stale_output"
+    ALIASED_OUTPUT = "aliased_output"
+    OUTPUT_CHANGED = "output_changed"
+    INPUT_MUTATED = "input_mutated"
+    # Faults.
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    OUT_OF_MEMORY = "out_of_memory"
+    CUDA_ERROR = "cuda_error"
+    # Ours, not the candidate's.
+    WORKER_ERROR = "worker_error"
+
+
+class Check(BaseModel):
+    """One named check and its outcome, in the order they ran."""
+
+    name: str
+    outcome: Literal["pass", "fail", "skip", "info"]
+    detail: str = ""
+
+
+class KernelLaunch(BaseModel):
+    """A Triton kernel the candidate launched during its forward passes."""
+
+    name: str
+    launches: int
+    grids: list[list[int]] = Field(default_factory=list, description="distinct grids seen (at most 4)")
+
+
+class TrialRecord(BaseModel):
+    """One call of the candidate's forward on one input set."""
+
+    family: str
+    trial: int
+    max_rel_error: float | None = None
+    norm_rel_error: float | None = None
+    passed: bool = False
+
+
+class EvalResult(BaseModel):
+    """The whole verdict on one candidate for one problem, device and precision."""
+
+    verdict: Literal["pass", "fail"]
+    reason: Reason
+    detail: str = ""
+    rule: str | None = Field(default=None, description="the static rule that fired, for forbidden_code")
+    checks: list[Check] = Field(default_factory=list)
+    max_rel_error: float | None = Field(
+        default=None,
+        description="worst per-element |out-ref| / (|ref| + rms(ref)) over all trials; passes when <= tolerance",
+    )
+    norm_rel_error: float | None = Field(default=None, description="worst ||out-ref|| / ||ref|| over all trials")
+    tolerance: float | None = None
+    precision: str = "fp32"
+    device: str = "cpu"
+    trials: list[TrialRecord] = Field(default_factory=list)
+    families: list[str] = Field(default_factory=list)
+    kernels: list[KernelLaunch] = Field(default_factory=list)
+    kernel_coverage: float | None = Field(
+        default=None, description="share of the forward's time spent in the candidate's own Triton kernels"
+    )
+    problem_flags: list[str] = Field(default_factory=list, description="e.g. degenerate: a zero output would pass")
+    timing: dict[str, Any] | None = None
+    timing_unavailable: str | None = None
+    phases: dict[str, float] = Field(default_factory=dict, description="wall seconds per phase")
+    candidate_log: str = Field(default="", description="bounded tail of what the candidate printed")
+    versions: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.I)
+
+
+def secret_values(environ: dict[str, str] | None = None) -> list[str]:
+    """Values in the caller's environment that must never appear in a verdict, log or trace."""
+    env = os.environ if environ is None else environ
+    vals = {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 6}
+    return sorted(vals, key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str] | None = None) -> str:
+    """Replace every secret value from the environment by a marker."""
+    for s in secret_values() if secrets is None else secrets:
+        if s in text:
+            text = text.replace(s, "[redacted]")
+    return text
+
+
+def bound(text: str, limit: int = DETAIL_LIMIT) -> str:
+    """Redact, then keep the head and the tail of an over-long text."""
+    text = redact(text)
+    if len(text) <= limit:
+        return text
+    half = (limit - 40) // 2
+    return f"{text[:half]}\n… [{len(text) - 2 * half} characters cut] …\n{text[-half:]}"

@@ -1,0 +1,321 @@
+"""The candidate worker: a fresh process that loads exactly one candidate and runs what it is asked.
+
+Started by `pool.py` with a scrubbed environment, a scratch working directory and a socket inherited on
+a file descriptor. It never sees the problem file, the secret seed or the expected outputs: it receives
+the constructor arguments, the parameters and the inputs as tensors, and sends back outputs, the state
+of its inputs after each call and what the guards recorded. The trusted process decides everything.
+
+Run as: python -m kernelwright.evaluators.worker --fd N --device cpu|cuda:K
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+_T0 = time.perf_counter()
+
+
+def _device_setup(device: str) -> Any:
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        torch.cuda.init()
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return dev
+
+
+def _warm(dev: Any) -> None:
+    """Run the library paths every candidate will use, so their lazy set-up is not charged to it."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _kw_warm(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=m) + 1.0, mask=m)
+
+    x = torch.zeros(64, device=dev)
+    _kw_warm[(1,)](x, 64, BLOCK=64)
+    y = (torch.randn(64, 64, device=dev) @ torch.randn(64, 64, device=dev)).sum()
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    del x, y
+
+
+def _error_kind(e: BaseException) -> str:
+    import torch
+
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in text.lower() or \
+            "can't allocate memory" in text.lower():
+        return "out_of_memory"
+    if "CUDA error" in text or "cudaError" in text or "illegal memory access" in text.lower() \
+            or "CUDA_ERROR" in text or "device-side assert" in text:
+        return "cuda_error"
+    return "exception"
+
+
+def _describe(e: BaseException, candidate_file: str, limit: int = 4000) -> str:
+    """The exception and the candidate's own frames (the harness's frames say nothing useful)."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == candidate_file]
+    lines = [f'  candidate line {f.lineno}, in {f.name}: {f.line or ""}' for f in frames[-6:]]
+    text = "\n".join(lines + [f"{type(e).__name__}: {e}"])
+    return text[-limit:]
+
+
+class Session:
+    def __init__(self, sock: socket.socket, device: str, scratch: str) -> None:
+        from . import guards, wire
+
+        import torch
+
+        self.torch = torch
+        self.wire = wire
+        self.sock = sock
+        self.dev = _device_setup(device)
+        _warm(self.dev)
+        self.candidate_file = os.path.join(scratch, "kw_candidate.py")
+        self.guard = guards.Guard(self.candidate_file, self.dev)
+        guards.install(self.guard)
+        self.recorder_cls = guards.OpRecorder
+        # Everything the harness calls from here on, captured before the candidate can replace it.
+        self._sync = torch.cuda.synchronize if self.dev.type == "cuda" else (lambda *a: None)
+        self._perf = time.perf_counter
+        self._send = wire.send
+        self._recv = wire.recv
+        self.guard.snapshot()
+        self.model: Any = None
+        self.buffers: list[Any] | None = None
+        self.held: list[list[Any]] = []
+        self.held_bytes = 0
+        self.threads0 = 0
+
+    # -- protocol -------------------------------------------------------------------------------------
+
+    def reply(self, header: dict[str, Any], payload: Any = None) -> None:
+        self._send(self.sock, header, payload)
+
+    def serve(self) -> None:
+        import triton
+
+        self.reply({"op": "ready", "pid": os.getpid(), "startup_s": self._perf() - _T0,
+                    "versions": {"torch": self.torch.__version__, "triton": triton.__version__,
+                                 "python": sys.version.split()[0]}})
+        while True:
+            header, payload = self._recv(self.sock)
+            op = header.get("op")
+            if op == "exit":
+                return
+            handler = {"load": self.load, "call": self.call, "recheck": self.recheck}.get(op)
+            if handler is None:
+                self.reply({"ok": False, "kind": "protocol", "detail": f"unknown op {op!r}"})
+                continue
+            handler(header, payload)
+
+    def _fail(self, kind: str, detail: str, **extra: Any) -> None:
+        self.reply({"ok": False, "kind": kind, "detail": detail, **extra, **self.guard.take(),
+                    "tampered": self.guard.tampered()})
+
+    # -- phases ---------------------------------------------------------------------------------------
+
+    def load(self, header: dict[str, Any], payload: Any) -> None:
+        import importlib.util
+        import threading
+
+        torch = self.torch
+        source, init_args, state = payload["source"], payload["init_args"], payload["state"]
+        cast = payload.get("cast_dtype")
+        with open(self.candidate_file, "w") as f:
+            f.write(source)
+        self.threads0 = threading.active_count()
+        t0 = self._perf()
+        try:
+            spec = importlib.util.spec_from_file_location("kw_candidate", self.candidate_file)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["kw_candidate"] = module
+            spec.loader.exec_module(module)
+        except BaseException as e:  # noqa: BLE001 - a candidate may raise anything, SystemExit included
+            return self._fail("import", _describe(e, self.candidate_file))
+        import_s = self._perf() - t0
+        cls = getattr(module, "ModelNew", None)
+        if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
+            return self._fail("missing_model_new", "the candidate defines no class ModelNew(nn.Module)")
+        try:
+            with torch.no_grad():
+                model = cls(*init_args)
+                model = model.to(device=self.dev, dtype=cast) if cast is not None else model.to(self.dev)
+        except BaseException as e:  # noqa: BLE001
+            return self._fail(_error_kind(e) if _error_kind(e) != "exception" else "init",
+                              _describe(e, self.candidate_file))
+        try:
+            with torch.no_grad():
+                result = model.load_state_dict(state, strict=True)
+        except BaseException as e:  # noqa: BLE001
+            return self._fail("parameters", f"the reference's parameters do not load into ModelNew: {str(e)[:1500]}")
+        del result
+        self.model = model
+        tampered = self.guard.tampered()
+        self.reply({"ok": True, "import_s": import_s, **self.guard.take(), "tampered": tampered,
+                    "threads": threading.active_count() - self.threads0})
+
+    def _place_inputs(self, inputs: list[Any], layouts: list[Any], reuse: bool) -> list[Any]:
+        torch = self.torch
+        placed = []
+        same = reuse and self.buffers is not None and len(self.buffers) == len(inputs)
+        for i, (x, layout) in enumerate(zip(inputs, layouts)):
+            if not isinstance(x, torch.Tensor):
+                placed.append(x)
+                continue
+            if same and isinstance(self.buffers[i], torch.Tensor) and list(self.buffers[i].shape) == list(x.shape) \
+                    and self.buffers[i].dtype == x.dtype:
+                buf = self.buffers[i]
+            else:
+                try:
+                    buf = torch.empty_strided(layout["shape"], layout["stride"], dtype=x.dtype, device=self.dev)
+                    buf.copy_(x.to(self.dev))
+                    placed.append(buf)
+                    continue
+                except RuntimeError:
+                    buf = torch.empty(x.shape, dtype=x.dtype, device=self.dev)
+            buf.copy_(x.to(self.dev))
+            placed.append(buf)
+        self.buffers = placed
+        return placed
+
+    def call(self, header: dict[str, Any], payload: Any) -> None:
+        import threading
+
+        torch = self.torch
+        guard = self.guard
+        inputs = self._place_inputs(payload["inputs"], header["layouts"], bool(header.get("reuse")))
+        self._sync()
+        guard.take()
+        profile = bool(header.get("profile")) and self.dev.type == "cuda"
+        prof = None
+        guard.poison = bool(header.get("poison", True))
+        t0 = self._perf()
+        try:
+            with torch.no_grad():
+                if profile:
+                    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+                    prof.__enter__()
+                guard.forward_active = True
+                with self.recorder_cls(guard):
+                    out = self.model(*inputs)
+                guard.forward_active = False
+                self._sync()
+                if prof is not None:
+                    prof.__exit__(None, None, None)
+        except BaseException as e:  # noqa: BLE001
+            guard.forward_active = False
+            return self._fail(_error_kind(e), _describe(e, self.candidate_file))
+        forward_s = self._perf() - t0
+        guard.poison = False
+        rec = guard.take()
+        tampered = guard.tampered()
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        metas = []
+        for o in outs:
+            if type(o) is not torch.Tensor:  # noqa: E721 - subclasses (lazy tensors) are rejected on purpose
+                metas.append({"type": f"{type(o).__module__}.{type(o).__qualname__}"})
+                continue
+            metas.append({"type": "torch.Tensor", "device": str(o.device), "dtype": str(o.dtype).removeprefix("torch."),
+                          "shape": list(o.shape), "stride": list(o.stride()),
+                          "aliases": self._aliases(o, inputs)})
+        plain = [o for o in outs if type(o) is torch.Tensor]  # noqa: E721
+        kernel_time = self._kernel_times(prof, rec) if prof is not None else None
+        header_out = {"ok": True, "forward_s": forward_s, **rec, "tampered": tampered, "outputs": metas,
+                      "threads": threading.active_count() - self.threads0, "kernel_time": kernel_time}
+        if len(plain) != len(outs):
+            return self.reply(header_out, {"outputs": [], "inputs_after": []})
+        self._hold(plain)
+        after = [x for x in inputs if isinstance(x, torch.Tensor)]
+        self.reply(header_out, {"outputs": plain, "inputs_after": after})
+
+    def _aliases(self, o: Any, inputs: list[Any]) -> list[str]:
+        torch = self.torch
+        found = []
+
+        def span(t: Any) -> tuple[int, int]:
+            s = t.untyped_storage()
+            return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+        if o.numel() == 0:
+            return found
+        lo, hi = span(o)
+
+        def overlaps(t: Any) -> bool:
+            a, b = span(t)
+            return a < hi and lo < b
+
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor) and x.numel() and overlaps(x):
+                found.append(f"input {i}")
+        for name, p in list(self.model.named_parameters()) + list(self.model.named_buffers()):
+            if p.numel() and overlaps(p):
+                found.append(f"parameter {name}")
+        for k, held in enumerate(self.held):
+            if any(h.numel() and overlaps(h) for h in held):
+                found.append(f"the output of an earlier call ({k})")
+                break
+        return found
+
+    def _hold(self, outs: list[Any]) -> None:
+        """Keep outputs alive, so a later call cannot reuse their memory and they can be re-read later."""
+        size = sum(o.numel() * o.element_size() for o in outs)
+        if self.held_bytes + size <= (2 << 30) or not self.held:
+            self.held.append(outs)
+            self.held_bytes += size
+
+    def _kernel_times(self, prof: Any, rec: dict[str, Any]) -> dict[str, float]:
+        own = set(rec["launches"])
+        own_us = other_us = copy_us = 0.0
+        for evt in prof.events():
+            dev_type = getattr(evt, "device_type", None)
+            if dev_type is None or "CUDA" not in str(dev_type):
+                continue
+            us = float(getattr(evt, "device_time", 0.0) or getattr(evt, "cuda_time", 0.0) or 0.0)
+            name = evt.name or ""
+            if any(name.startswith(k) for k in own):
+                own_us += us
+            elif "memcpy" in name.lower() or "memset" in name.lower() or "copy" in name.lower() or "fill" in name.lower():
+                copy_us += us
+            else:
+                other_us += us
+        return {"own_us": own_us, "other_us": other_us, "copy_us": copy_us}
+
+    def recheck(self, header: dict[str, Any], payload: Any) -> None:
+        self._sync()
+        flat = [t for outs in self.held for t in outs]
+        self.reply({"ok": True, "counts": [len(o) for o in self.held], "tampered": self.guard.tampered()},
+                   {"outputs": flat})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kernelwright-worker")
+    ap.add_argument("--fd", type=int, required=True)
+    ap.add_argument("--device", required=True)
+    args = ap.parse_args(argv)
+    sock = socket.socket(fileno=args.fd)
+    scratch = os.getcwd()
+    try:
+        Session(sock, args.device, scratch).serve()
+    except Exception:  # the channel broke or set-up failed: the trusted side sees EOF and says so
+        traceback.print_exc()
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""kernelwright.graphs — see DESIGN.md; not built yet."""

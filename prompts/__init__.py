@@ -1,0 +1,1 @@
+"""kernelwright.prompts — see DESIGN.md; not built yet."""

@@ -1,0 +1,1 @@
+"""kernelwright.tools — see DESIGN.md; not built yet."""
