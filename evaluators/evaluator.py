@@ -8,8 +8,15 @@ inputs after the call and the values against the float64 reference. The first fa
 
 from __future__ import annotations
 
+import copy
 import logging
+import os
 import random
+import re
+import shutil
+import statistics
+import tempfile
+import threading
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -17,14 +24,21 @@ from typing import Any
 
 import torch
 
-from . import static
+from . import gpu_monitor, static
+from .baselines import BaselineTimer
 from .compare import compare
 from .device import resolve_device
 from .inputs import FAMILIES
+from .locks import LockTimeout, measurement_lock, shared_use
 from .pool import Limits, Worker, WorkerFault, WorkerPool
 from .problem import Precision, Problem
+from .profiling import (
+    NCU_ALL_METRICS, NcuReport, Profile, breakdown_from_events, ncu_unavailable_reason, parse_ncu_csv, render,
+)
 from .reference import ReferenceSession, Trial, TrialBattery
 from .result import Check, EvalResult, KernelLaunch, Reason, TrialRecord, bound
+from .roofline import count_work, device_peaks, floor_ms
+from .timing import Samples, judge_speedup, noise_band
 from .wire import dtype_name
 
 log = logging.getLogger(__name__)
@@ -45,6 +59,14 @@ class EvalPolicy:
     """share of the forward's time that must be spent in the candidate's own Triton kernels"""
     limits: Limits = field(default_factory=Limits)
     spares: int = 1
+    timing: bool = True
+    """time the candidate and the baselines (CUDA only)"""
+    timing_reps: int = 30
+    warmup: int = 3
+    compile_mode: str | None = "default"
+    """torch.compile mode of the compiled baseline ("default", "max-autotune"), None to skip it"""
+    pool_bytes: int = 4 << 30
+    """device memory for the pool of timing input sets (and their expected outputs)"""
 
 
 class _Reject(Exception):
@@ -70,6 +92,10 @@ class Evaluator:
         self.device = resolve_device(device)
         self.precision = self.policy.precision or problem.precision
         self._own_pool = pool is None
+        self._baselines: BaselineTimer | None = None
+        self._roof: dict[str, float] | None = None
+        self._tolerance: float | None = None
+        self._ref_lock = threading.RLock()
         # Start the first worker before the reference runs: its start-up overlaps ours.
         self.pool = pool or WorkerPool(str(self.device), self.policy.limits, self.policy.spares)
         try:
@@ -99,16 +125,17 @@ class Evaluator:
                             device=str(self.device))
         result.timing_unavailable = (
             "cpu mode runs Triton's interpreter: timings would be meaningless" if self.device.type == "cpu"
-            else "timing is not measured by this version of the evaluator"
+            else "timing was switched off" if not self.policy.timing else "the candidate was rejected before timing"
         )
         worker: Worker | None = None
         try:
             self._static(source, checks)
             worker = self.pool.acquire()
             t0 = time.monotonic()
-            battery = self.reference.battery(self.policy.trials, self.policy.families)
+            with self._ref_lock, shared_use(self.device):
+                battery = self.reference.battery(self.policy.trials, self.policy.families)
             phases["reference_s"] = time.monotonic() - t0
-            result.tolerance = battery.tolerance
+            result.tolerance = self._tolerance = battery.tolerance
             result.problem_flags = battery.problem_flags
             for note in battery.notes:
                 checks.append(Check(name="tolerance", outcome="info", detail=note))
@@ -119,8 +146,24 @@ class Evaluator:
             info = worker.wait_ready()
             phases["worker_wait_s"] = time.monotonic() - t0
             phases["worker_startup_s"] = worker.startup_s or 0.0
+            for stage, at in (info.get("stages") or {}).items():
+                if stage != "spawned":
+                    phases[f"worker_{stage}_s"] = float(at)
             result.versions = {k: str(v) for k, v in info.get("versions", {}).items()}
-            self._run(worker, source, battery, result, checks, phases)
+            sandbox = str(info.get("sandbox") or "unknown: the worker did not say")
+            checks.append(Check(name="sandbox", outcome="info", detail=sandbox))
+            with shared_use(self.device):
+                self._run(worker, source, battery, result, checks, phases)
+            if self.device.type == "cuda" and self.policy.timing:
+                t0 = time.monotonic()
+                try:
+                    result.timing = self._time(worker, checks)
+                    result.timing_unavailable = None
+                except LockTimeout as e:
+                    result.timing_unavailable = f"not timed: {e}"
+                    checks.append(Check(name="timing", outcome="skip", detail=str(e)))
+                phases["timing_s"] = time.monotonic() - t0
+                phases["measure_s"] = float((result.timing or {}).get("measure_s", 0.0))
             result.verdict, result.reason = "pass", Reason.OK
             result.detail = (f"correct on {len(result.trials)} trials over {len(result.families)} input families; "
                              f"worst error {result.max_rel_error or 0:.3g} (tolerance {battery.tolerance:.3g})")
@@ -157,14 +200,10 @@ class Evaluator:
              checks: list[Check], phases: dict[str, float]) -> None:
         lim = self.policy.limits
         t0 = time.monotonic()
-        header, _ = worker.request(
-            {"op": "load"},
-            {"source": source, "init_args": self.reference.init_inputs, "state": self.reference.state,
-             "cast_dtype": self.precision.cast_dtype},
-            lim.load_s, "import and construction",
-        )
+        header, _ = worker.request({"op": "load"}, self._load_payload(source), lim.load_s, "import and construction")
         phases["load_s"] = time.monotonic() - t0
         self._judge_record(header, "load")
+        self._judge_processes(worker, "load")
         if not header.get("ok"):
             kind = header.get("kind", "exception")
             raise _Reject(_KIND_REASON.get(kind, Reason.RUNTIME_ERROR), str(header.get("detail", "")), "load")
@@ -199,6 +238,7 @@ class Evaluator:
                 max_bytes=2 * (out_bytes + in_bytes) + (1 << 20),
             )
             self._judge_record(header, label)
+            self._judge_processes(worker, label)
             if not header.get("ok"):
                 kind = header.get("kind", "exception")
                 raise _Reject(_KIND_REASON.get(kind, Reason.RUNTIME_ERROR), f"{label}: {header.get('detail', '')}",
@@ -206,11 +246,14 @@ class Evaluator:
             for name, rec in header.get("launches", {}).items():
                 entry = launches.setdefault(name, KernelLaunch(name=name, launches=0))
                 entry.launches += int(rec.get("count", 0))
+                if not entry.compiled and isinstance(rec.get("compiled"), dict):
+                    entry.compiled = {str(k): int(v) for k, v in rec["compiled"].items() if isinstance(v, (int, float))}
                 for g in rec.get("grids", []):
                     if g not in entry.grids and len(entry.grids) < 4:
                         entry.grids.append(g)
-                launch_s += float(rec.get("seconds", 0.0))
-            forward_s += float(header.get("forward_s", 0.0))
+            if k > 0 or len(order) == 1:  # the first call carries one-off costs (compilation, lazy set-up)
+                forward_s += float(header.get("forward_s", 0.0))
+                launch_s += sum(float(r.get("seconds", 0.0)) for r in header.get("launches", {}).values())
             if header.get("kernel_time"):
                 kernel_time = header["kernel_time"]
             if not header.get("launches"):
@@ -221,7 +264,7 @@ class Evaluator:
             self._judge_inputs(payload, tensors, label)
             rec_max = rec_norm = 0.0
             for i, (o, g) in enumerate(zip(outs, trial.gold)):
-                c = compare(o, g, battery.tolerance, f"{label}, output {i}")
+                c = compare(o, g, trial.tolerance or battery.tolerance, f"{label}, output {i}")
                 if not c.ok:
                     result.max_rel_error = c.max_rel
                     result.norm_rel_error = c.norm_rel
@@ -245,6 +288,187 @@ class Evaluator:
         self._coverage(result, checks, launch_s, forward_s, kernel_time)
         self._recheck(worker, sent, checks)
 
+    # -- profiles -------------------------------------------------------------------------------------
+
+    def profile(self, source: str, ncu: bool = False, result: EvalResult | None = None) -> Profile:
+        """Evaluate (unless `result` is given), then profile a verified candidate for the analyst."""
+        result = result or self.evaluate(source)
+        prof = Profile(verdict=result.verdict, reason=str(result.reason), timing=result.timing,
+                       kernels=[k.model_dump() for k in result.kernels])
+        if not result.passed:
+            prof.breakdown_unavailable = prof.ncu.why = f"the candidate was rejected ({result.reason})"
+            prof.text = f"rejected: {result.reason}: {result.detail}"
+            return prof
+        if self.device.type != "cuda":
+            prof.breakdown_unavailable = "no GPU: kernels ran in Triton's interpreter"
+            prof.ncu = NcuReport(available=False, why="no GPU: kernels ran in Triton's interpreter")
+            prof.text = render(prof)
+            return prof
+        trial = self.reference.timing_pool(1, self.policy.pool_bytes)[0]
+        layouts = [{"shape": list(x.shape), "stride": list(x.stride())} if isinstance(x, torch.Tensor) else None
+                   for x in trial.inputs]
+        worker = self.pool.acquire()
+        try:
+            self._load(worker, source)
+            header, _ = worker.request({"op": "profile", "layouts": layouts, "iterations": 3}, {"inputs": trial.inputs},
+                                       self.policy.limits.first_call_s, "profiling")
+            if header.get("ok"):
+                prof.breakdown = breakdown_from_events([(str(n), float(us)) for n, us in header.get("events", [])])
+            else:
+                prof.breakdown_unavailable = f"the profiled run failed: {str(header.get('detail', ''))[:300]}"
+        except WorkerFault as f:
+            prof.breakdown_unavailable = f"the profiled run failed: {f.detail}"
+        finally:
+            worker.close()
+        prof.ncu = self._ncu(source, trial, layouts, [k.name for k in result.kernels]) if ncu else \
+            NcuReport(available=False, why="not requested (use --ncu)")
+        prof.text = render(prof)
+        return prof
+
+    def _load_payload(self, source: str) -> dict[str, Any]:
+        return {"source": source, "init_args": self.reference.init_inputs, "state": self.reference.state,
+                "cast_dtype": self.precision.cast_dtype, "allow_streams": self.problem.allow_streams}
+
+    def _load(self, worker: Worker, source: str) -> None:
+        header, _ = worker.request({"op": "load"}, self._load_payload(source), self.policy.limits.load_s,
+                                   "import and construction")
+        if not header.get("ok"):
+            raise WorkerFault(Reason.RUNTIME_ERROR, str(header.get("detail", "load failed")))
+
+    def _ncu(self, source: str, trial: Trial, layouts: list[Any], names: list[str]) -> NcuReport:
+        why = ncu_unavailable_reason()
+        if why:
+            return NcuReport(available=False, why=why)
+        log_dir = tempfile.mkdtemp(prefix="kw-ncu-")
+        log_file = os.path.join(log_dir, "ncu.csv")
+        pattern = "regex:^(" + "|".join(re.escape(n) for n in names) + ")" if names else "regex:.*"
+        cmd = [shutil.which("ncu") or "ncu", "--csv", "--page", "raw", "--log-file", log_file, "--target-processes", "all",
+               "--clock-control", "none", "--kernel-name", pattern, "--launch-count", "3",
+               "--metrics", ",".join(NCU_ALL_METRICS)]
+        worker = Worker(str(self.device), self.policy.limits, wrapper=cmd)
+        try:
+            self._load(worker, source)
+            with measurement_lock(self.device):
+                worker.request({"op": "call", "layouts": layouts, "reuse": False, "profile": False, "poison": False},
+                               {"inputs": trial.inputs}, self.policy.limits.first_call_s * 3, "the ncu-profiled run")
+            worker.close()
+            text = open(log_file).read() if os.path.exists(log_file) else ""
+        except WorkerFault as f:
+            worker.close()
+            return NcuReport(available=False, why=f"the ncu-profiled run failed: {f.detail}")
+        finally:
+            shutil.rmtree(log_dir, ignore_errors=True)
+        kernels = parse_ncu_csv(text)
+        if not kernels:
+            tail = " ".join(text.strip().splitlines()[-3:])[:300] if text else worker.log_tail(600).strip()[-300:]
+            return NcuReport(available=False, why=f"ncu returned no metrics (counters not readable?): {tail}")
+        return NcuReport(available=True, kernels=kernels)
+
+    # -- timing ---------------------------------------------------------------------------------------
+
+    def _time(self, worker: Worker, checks: list[Check]) -> dict[str, Any]:
+        pol = self.policy
+        with self._ref_lock:
+            if self._baselines is None:
+                self._baselines = BaselineTimer(self.reference, pol.compile_mode)
+        with self._ref_lock, shared_use(self.device):
+            pool = self.reference.timing_pool(pol.timing_reps, pol.pool_bytes)
+        inputs = [t.inputs for t in pool]
+        layouts = [{"shape": list(x.shape), "stride": list(x.stride())} if isinstance(x, torch.Tensor) else None
+                   for x in inputs[0]]
+        out_bytes = sum(torch.Size(m["shape"]).numel() * torch.empty((), dtype=m["dtype"]).element_size()
+                        for m in pool[0].out_meta) * len(pool)
+        idx = self.device.index or 0
+        with measurement_lock(self.device):
+            t_lock = time.monotonic()
+            clocks_before = gpu_monitor.read(idx)
+            eager_a = self._baselines.eager(inputs, pol.timing_reps, pol.warmup)
+            header, payload = worker.request(
+                {"op": "time", "reps": pol.timing_reps, "warmup": pol.warmup, "layouts": layouts},
+                {"sets": inputs}, pol.limits.timing_s, "timing", max_bytes=out_bytes + (1 << 20))
+            eager_b = self._baselines.eager(inputs, pol.timing_reps, pol.warmup)
+            clocks_after = gpu_monitor.read(idx)
+            compiled, compile_why = self._baselines.compiled(inputs, pol.timing_reps, pol.warmup)
+            measure_s = time.monotonic() - t_lock
+        self._judge_record(header, "timing")
+        if not header.get("ok"):
+            kind = header.get("kind", "exception")
+            raise _Reject(_KIND_REASON.get(kind, Reason.RUNTIME_ERROR), f"timing: {header.get('detail', '')}", "timing")
+        if header.get("bad_outputs"):
+            raise _Reject(Reason.BAD_OUTPUT, "timing: forward returned something other than plain tensors", "timing")
+        outs = (payload or {}).get("outputs") or []
+        counts = header.get("counts") or []
+        if len(counts) != len(pool) or sum(counts) != len(outs):
+            raise _Reject(Reason.WORKER_ERROR, "timing: the worker's outputs do not match the input sets", "timing")
+        pos = 0
+        for k, (trial, n) in enumerate(zip(pool, counts)):
+            for i, g in enumerate(trial.gold[:n]):
+                c = compare(outs[pos + i], g, self._tolerance or self.precision.tolerance,
+                            f"timed repetition on input set {k}, output {i}")
+                if not c.ok:
+                    raise _Reject(c.reason or Reason.WRONG_OUTPUT, c.detail, "timing")
+            pos += n
+        checks.append(Check(name="timed_outputs", outcome="pass",
+                            detail=f"outputs of {len(pool)} timed input sets re-checked"))
+        cand = Samples(event_ms=[float(x) for x in header["event_ms"]], wall_ms=[float(x) for x in header["wall_ms"]])
+        summary = self._timing_summary(cand, eager_a, eager_b, compiled, compile_why, clocks_before, clocks_after,
+                                       pool[0].inputs, checks)
+        summary["measure_s"] = measure_s  # seconds this evaluation held the GPU exclusively
+        return summary
+
+    def _timing_summary(self, cand: Samples, eager_a: Samples, eager_b: Samples, compiled: dict[str, float] | None,
+                        compile_why: str | None, before: dict[str, Any], after: dict[str, Any], inputs: list[Any],
+                        checks: list[Check]) -> dict[str, Any]:
+        cs = cand.summary()
+        med = cs["median_ms"]
+        eager_ms = (eager_a.summary()["median_ms"] + eager_b.summary()["median_ms"]) / 2
+        band = noise_band(eager_a, eager_b)
+        timing: dict[str, Any] = {
+            "median_ms": med, "p25_ms": cs["p25_ms"], "p75_ms": cs["p75_ms"], "min_ms": cs["min_ms"],
+            "max_ms": cs["max_ms"], "reps": int(cs["reps"]), "wall_median_ms": cs["wall_median_ms"],
+            "noise_band": band, "eager_ms": eager_ms, "speedup_vs_eager": eager_ms / med,
+            "vs_eager": judge_speedup(eager_ms / med, band),
+            "compile_mode": self.policy.compile_mode,
+            "compile_ms": compiled["median_ms"] if compiled else None,
+            "speedup_vs_compile": compiled["median_ms"] / med if compiled else None,
+            "vs_compile": judge_speedup(compiled["median_ms"] / med, band) if compiled else None,
+            "compile_unavailable": compile_why,
+            "clocks": {"before": before, "after": after},
+        }
+        flags: list[str] = []
+        try:
+            roof = self._roofline(inputs)
+            timing.update({"floor_ms": roof["floor_ms"], "bound": roof["bound"], "fraction_of_floor": roof["floor_ms"] / med,
+                           "flops": roof["flops"], "bytes": roof["bytes"]})
+            if med < 0.9 * roof["floor_ms"]:
+                flags.append(f"faster than the roofline floor ({med:.4g} ms < {roof['floor_ms']:.4g} ms)")
+        except Exception as e:  # noqa: BLE001 - the floor is informative; its failure must not fail the verdict
+            timing["floor_unavailable"] = f"{type(e).__name__}: {e}"[:300]
+        if timing["speedup_vs_eager"] > 10:
+            flags.append(f"more than 10x faster than eager ({timing['speedup_vs_eager']:.1f}x)")
+        gap_c = statistics.median(w - e for w, e in zip(cand.wall_ms, cand.event_ms))
+        gap_e = statistics.median(w - e for w, e in zip(eager_a.wall_ms, eager_a.event_ms))
+        if gap_c > gap_e + max(0.05, 0.5 * med):
+            flags.append(f"work outside the timed stream: the wall clock exceeds the events by {gap_c:.3f} ms "
+                         f"(baseline {gap_e:.3f} ms)")
+        for when, c in (("before", before), ("after", after)):
+            if c.get("throttled"):
+                flags.append(f"GPU throttled {when} timing: {', '.join(c.get('throttle', []))}")
+        timing["suspect"] = flags
+        checks.append(Check(name="timing", outcome="fail" if flags else "pass",
+                            detail=f"{med:.4g} ms (p25 {cs['p25_ms']:.4g}, p75 {cs['p75_ms']:.4g}); eager {eager_ms:.4g} ms; "
+                                   f"noise band {band:.1%}" + (f"; suspect: {'; '.join(flags)}" if flags else "")))
+        return timing
+
+    def _roofline(self, inputs: list[Any]) -> dict[str, float]:
+        with self._ref_lock:
+            if self._roof is None:
+                work = count_work(copy.deepcopy(self.reference.native), inputs)
+                with measurement_lock(self.device):
+                    peaks = device_peaks(self.device)
+                self._roof = {**floor_ms(work, peaks, self.precision.value), "flops": work.flops, "bytes": work.bytes}
+            return self._roof
+
     # -- judging a reply ------------------------------------------------------------------------------
 
     def _judge_record(self, header: dict[str, Any], label: str) -> None:
@@ -264,6 +488,12 @@ class Evaluator:
             shown = ", ".join(f"aten.{k}×{v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:8])
             raise _Reject(Reason.FORBIDDEN_OP, f"{label}: ModelNew.forward ran PyTorch compute ops ({shown}); "
                           "only allocation, views and layout copies are allowed outside Triton kernels", "ops")
+
+    def _judge_processes(self, worker: Worker, label: str) -> None:
+        stray = worker.stray_processes()
+        if stray:
+            raise _Reject(Reason.FORBIDDEN_CALL, f"{label}: the candidate started {len(stray)} process(es) that are "
+                          "still running; candidates may not create processes", "processes")
 
     def _judge_outputs(self, header: dict[str, Any], payload: Any, trial: Trial, label: str) -> list[torch.Tensor]:
         metas = header.get("outputs") or []
@@ -332,6 +562,7 @@ class Evaluator:
         header, payload = worker.request({"op": "recheck"}, None, self.policy.limits.call_s, "the final re-read",
                                          max_bytes=total + (1 << 20))
         self._judge_record(header, "re-read")
+        self._judge_processes(worker, "re-read")
         again = (payload or {}).get("outputs") or []
         counts = header.get("counts") or []
         flat: list[torch.Tensor] = []

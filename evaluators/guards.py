@@ -44,14 +44,31 @@ ALLOWED_OPS = ALLOC_OPS | {
 ALLOWED_OPS.discard("_local_scalar_dense_forbidden")
 ALLOWED_OPS.discard("set_")
 
+_getframe = sys._getframe  # captured before `_patch_escapes` wraps it for the candidate
+
 
 class _Launch:
-    __slots__ = ("count", "grids", "seconds")
+    __slots__ = ("count", "grids", "seconds", "compiled")
 
     def __init__(self) -> None:
         self.count = 0
         self.grids: list[list[int]] = []
         self.seconds = 0.0
+        self.compiled: dict[str, Any] = {}
+
+
+def compiled_info(kernel: Any) -> dict[str, Any]:
+    """Registers, spills, shared memory, warps and stages of a compiled Triton kernel (empty if unknown)."""
+    meta = getattr(kernel, "metadata", None)
+    if meta is None:
+        return {}
+    info: dict[str, Any] = {}
+    for key, value in (("registers", getattr(kernel, "n_regs", None)), ("spills", getattr(kernel, "n_spills", None)),
+                       ("shared_bytes", getattr(meta, "shared", None)), ("num_warps", getattr(meta, "num_warps", None)),
+                       ("num_stages", getattr(meta, "num_stages", None))):
+        if isinstance(value, (int, float)):
+            info[key] = int(value)
+    return info
 
 
 class Guard:
@@ -63,6 +80,7 @@ class Guard:
         self.in_launch = 0
         self.forward_active = False
         self.poison = False
+        self.allow_streams = False
         self.ops: Counter[str] = Counter()
         self.violations: list[str] = []
         self.launches: dict[str, _Launch] = {}
@@ -71,6 +89,8 @@ class Guard:
             for m in (torch, sys.modules.get("triton"), sys.modules.get("numpy"))
             if m is not None and getattr(m, "__file__", None)
         ) + (os.path.dirname(__file__) + os.sep,)
+        torch_dir = os.path.dirname(torch.__file__) + os.sep
+        self.foreign_dirs = tuple(d for d in self.library_dirs if d != torch_dir)
         self._originals: dict[str, Any] = {}
         self._installed: dict[str, Any] = {}
 
@@ -78,13 +98,42 @@ class Guard:
 
     def called_from_candidate(self, depth: int = 2) -> bool:
         """Whether the nearest non-stdlib frame on the stack is the candidate's own code."""
-        frame = sys._getframe(depth)
+        frame = _getframe(depth)
         while frame is not None:
             fn = frame.f_code.co_filename
             if fn == self.candidate_file:
                 return True
             if fn.startswith(self.library_dirs):
                 return False
+            frame = frame.f_back
+        return False
+
+    def op_from_candidate(self, depth: int = 2) -> bool:
+        """Whether an aten op being dispatched was called by the candidate's code, directly or through
+        PyTorch's own Python layers, rather than by Triton (the interpreter's bookkeeping inside a launch)
+        or the harness. Inside a launch this decides, so neither a kernel body that calls PyTorch (the CPU
+        interpreter runs it as Python) nor a candidate that fakes `in_launch` hides its ops."""
+        frame = _getframe(depth)
+        while frame is not None:
+            fn = frame.f_code.co_filename
+            if fn == self.candidate_file:
+                return True
+            if fn.startswith(self.foreign_dirs):
+                return False
+            frame = frame.f_back
+        return False
+
+    def called_directly_by_candidate(self, depth: int = 2) -> bool:
+        """Whether the frame that called the hook is the candidate's own code."""
+        frame = _getframe(depth)
+        return frame is not None and frame.f_code.co_filename == self.candidate_file
+
+    def candidate_on_stack(self) -> bool:
+        """Whether any frame on the stack is the candidate's (libraries acting for it included)."""
+        frame = _getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == self.candidate_file:
+                return True
             frame = frame.f_back
         return False
 
@@ -99,17 +148,20 @@ class Guard:
         rec = {
             "ops": dict(self.ops),
             "violations": list(self.violations),
-            "launches": {k: {"count": v.count, "grids": v.grids[:4], "seconds": v.seconds} for k, v in self.launches.items()},
+            "launches": {k: {"count": v.count, "grids": v.grids[:4], "seconds": v.seconds, "compiled": v.compiled}
+                         for k, v in self.launches.items()},
         }
         self.ops.clear()
         self.violations.clear()
         self.launches.clear()
         return rec
 
-    def record_launch(self, name: str, grid: Any, seconds: float) -> None:
+    def record_launch(self, name: str, grid: Any, seconds: float, kernel: Any = None) -> None:
         entry = self.launches.setdefault(name, _Launch())
         entry.count += 1
         entry.seconds += seconds
+        if not entry.compiled and kernel is not None:
+            entry.compiled = compiled_info(kernel)
         if isinstance(grid, tuple) and len(entry.grids) < 4:
             g = [int(x) for x in grid if isinstance(x, int)]
             if g not in entry.grids:
@@ -173,7 +225,7 @@ class OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         g = self.guard
-        if g.in_launch:
+        if g.in_launch and not g.op_from_candidate():
             return out
         name = func.overloadpacket.__name__
         if name not in ALLOWED_OPS:
@@ -200,6 +252,7 @@ def install(guard: Guard) -> None:
     """Patch the process: Triton launch accounting and forbidden calls. Call once, before the candidate loads."""
     _patch_triton(guard)
     _patch_forbidden(guard)
+    _patch_escapes(guard)
 
 
 def _patch_triton(guard: Guard) -> None:
@@ -221,12 +274,14 @@ def _patch_triton(guard: Guard) -> None:
             name = getattr(getattr(self, "fn", None), "__name__", None) or getattr(self, "__name__", "kernel")
             guard.in_launch += 1
             t0 = time.perf_counter()
+            kernel = None
             try:
-                return __original(self, *args, **kwargs)
+                kernel = __original(self, *args, **kwargs)
+                return kernel
             finally:
                 guard.in_launch -= 1
                 if guard.forward_active:
-                    guard.record_launch(name, kwargs.get("grid"), time.perf_counter() - t0)
+                    guard.record_launch(name, kwargs.get("grid"), time.perf_counter() - t0, kernel)
 
         cls.run = run
 
@@ -277,17 +332,25 @@ def _patch_forbidden(guard: Guard) -> None:
     builtins.open = forbid("opening a file", builtins.open)
     io.open = builtins.open
     torch.compile = forbid("torch.compile", torch.compile, always=True)
-    if hasattr(torch, "_dynamo"):
-        pass
     if torch.cuda.is_available():
         stream_new = torch.cuda.Stream.__new__
 
         def new_stream(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            if guard.forward_active and guard.called_from_candidate():
+            if not guard.allow_streams and guard.called_from_candidate():
                 guard.violation("creating a CUDA stream")
             return stream_new(cls, *args, **kwargs)
 
         torch.cuda.Stream.__new__ = new_stream
+        set_stream = torch.cuda.set_stream
+
+        def guarded_set_stream(stream: Any) -> Any:
+            # torch.cuda.stream(s) switches through set_stream; the default stream is always allowed.
+            if not guard.allow_streams and guard.candidate_on_stack() and stream is not None \
+                    and stream != torch.cuda.default_stream(stream.device):
+                guard.violation("switching to a side CUDA stream")
+            return set_stream(stream)
+
+        torch.cuda.set_stream = guarded_set_stream
 
     original_import = builtins.__import__
 
@@ -301,15 +364,69 @@ def _patch_forbidden(guard: Guard) -> None:
 
     builtins.__import__ = guarded_import
 
-    for attr in ("numpy", "tolist", "__array__"):
+    # Reading tensor values on the host during forward. Printing reads them without dispatching any aten
+    # op (so the op record would not see it): repr/format at full precision is a host compute path too.
+    for attr in ("numpy", "tolist", "__array__", "__dlpack__", "__repr__", "__format__"):
         original = getattr(torch.Tensor, attr)
 
         def host(self: Any, *args: Any, __original: Callable = original, __attr: str = attr, **kwargs: Any) -> Any:
-            if guard.forward_active and not guard.in_launch and guard.called_from_candidate():
-                guard.violation(f"Tensor.{__attr}() (computing on the host)")
+            if guard.forward_active and guard.called_from_candidate():
+                guard.violation(f"Tensor.{__attr}() (reading tensor values on the host)")
             return __original(self, *args, **kwargs)
 
         setattr(torch.Tensor, attr, host)
+
+
+ESCAPES = {
+    "torch._C": ("_DisableTorchDispatch", "_ExcludeDispatchKeyGuard", "_IncludeDispatchKeyGuard",
+                 "_ForceDispatchKeyGuard", "_PreserveDispatchKeyGuard", "_pop_torch_dispatch_stack",
+                 "_unset_dispatch_mode", "_set_dispatch_mode", "_get_dispatch_stack_at", "_get_dispatch_mode",
+                 "_dispatch_tls_set_dispatch_key_excluded", "_dispatch_tls_set_dispatch_key_included",
+                 "_DisablePythonDispatcher", "_RestorePythonTLSSnapshot", "_dispatch_call_boxed"),
+    "torch.utils._python_dispatch": ("_disable_current_modes", "_get_current_dispatch_mode",
+                                     "_get_current_dispatch_mode_stack", "_pop_mode", "_pop_mode_temporarily"),
+    "gc": ("get_objects", "get_referrers", "get_referents"),
+    "sys": ("_current_frames", "settrace", "setprofile"),
+    "threading": ("settrace", "setprofile"),
+    "inspect": ("currentframe", "stack", "trace"),
+}
+"""Ways, from Python, to switch the op record off (leaving PyTorch's dispatch modes) or to reach the
+harness's own objects and frames. Refused when the candidate's code calls them directly; PyTorch and the
+standard library keep using them for their own purposes."""
+
+
+def _patch_escapes(guard: Guard) -> None:
+    import gc  # noqa: F401 - imported so sys.modules has every module of ESCAPES
+    import inspect  # noqa: F401
+
+    import torch.utils._python_dispatch  # noqa: F401
+
+    def refuse(what: str, original: Callable) -> Callable:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if guard.called_directly_by_candidate():
+                guard.violation(f"{what} (switching the op record off or reaching into the harness)")
+                raise PermissionError(f"kernelwright: {what} is not allowed in a candidate")
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    for module, names in ESCAPES.items():
+        mod = sys.modules[module]
+        for name in names:
+            original = getattr(mod, name, None)
+            if original is not None:
+                setattr(mod, name, refuse(f"{module}.{name}", original))
+
+    def getframe(depth: int = 0) -> Any:
+        if guard.called_directly_by_candidate():
+            guard.violation("sys._getframe (walking the harness's frames)")
+            raise PermissionError("kernelwright: sys._getframe is not allowed in a candidate")
+        return _getframe(depth + 1)
+
+    sys._getframe = getframe
+    from torch._ops import OpOverload
+
+    OpOverload.redispatch = refuse("OpOverload.redispatch", OpOverload.redispatch)
 
 
 def _import_allowed(module: str) -> bool:

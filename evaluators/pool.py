@@ -24,7 +24,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from . import wire
+from .locks import lock_paths
 from .result import Reason
 
 log = logging.getLogger(__name__)
@@ -75,17 +78,25 @@ class Limits:
     load_s: float = 120.0
     first_call_s: float = 300.0
     call_s: float = 60.0
+    timing_s: float = 300.0
     memory_bytes: int = 16 << 30
 
 
 class Worker:
     """One candidate process. Single-use: after `close()` (or any fault) it is gone."""
 
-    def __init__(self, device: str, limits: Limits) -> None:
+    def __init__(self, device: str, limits: Limits, wrapper: list[str] | None = None,
+                 base_cache: str | None = None, on_ready: Any = None) -> None:
         self.device = device
         self.limits = limits
+        self.on_ready = on_ready
         self.scratch = tempfile.mkdtemp(prefix="kw-worker-")
-        os.makedirs(os.path.join(self.scratch, "triton-cache"), exist_ok=True)
+        self.cache_dir = os.path.join(self.scratch, "triton-cache")
+        if base_cache and os.path.isdir(base_cache):
+            # A copy of what a pristine worker compiled at start-up (Triton's driver utilities, launchers):
+            # trusted content, and this worker's own copy, so nothing it writes reaches another candidate.
+            shutil.copytree(base_cache, self.cache_dir)
+        os.makedirs(self.cache_dir, exist_ok=True)
         parent, child = socket.socketpair()
         self.sock = parent
         self.log_path = os.path.join(self.scratch, "worker.log")
@@ -94,14 +105,17 @@ class Worker:
         self.startup_s: float | None = None
         self.info: dict[str, Any] = {}
         self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-m", "kernelwright.evaluators.worker", "--fd", str(child.fileno()),
-             "--device", device],
+            [*(wrapper or []), sys.executable, "-s", "-m", "kernelwright.evaluators.worker", "--fd", str(child.fileno()),
+             "--device", device, "--spawned", repr(time.time()), *(["--no-sandbox"] if wrapper else []),
+             *(["--gpu-lock", *lock_paths(torch.device(device))] if device.startswith("cuda") else [])],
             cwd=self.scratch, env=scrubbed_env(self.scratch, device), stdin=subprocess.DEVNULL,
             stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(child.fileno(),),
             start_new_session=True, preexec_fn=_limit_self, close_fds=True,
         )
         child.close()
+        self.wrapped = bool(wrapper)
         self._ready = False
+        self._ready_lock = threading.Lock()
         self._oom = False
 
     # -- health ---------------------------------------------------------------------------------------
@@ -119,6 +133,32 @@ class Worker:
             self.kill()
             raise WorkerFault(Reason.OUT_OF_MEMORY,
                               f"the candidate's process used more than {self.limits.memory_bytes >> 20} MiB of host memory")
+
+    def stray_processes(self) -> list[int]:
+        """Live processes the candidate started: children of the worker or members of its process group.
+
+        Read from /proc by the trusted side, so it sees a fork that no hook inside the worker saw (libc's
+        fork through ctypes, say). Empty under a profiler wrapper, whose process tree is its own.
+        """
+        if self.wrapped or self.proc.poll() is not None:
+            return []
+        me, found = self.proc.pid, []
+        try:
+            entries = os.listdir("/proc")
+        except OSError:
+            return found
+        for entry in entries:
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+                state, ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+            except (OSError, ValueError):
+                continue
+            if state not in ("Z", "X") and (int(ppid) == me or int(pgrp) == me):
+                found.append(int(entry))
+        return found
 
     def _died(self, phase: str) -> WorkerFault:
         if self._oom:
@@ -140,6 +180,10 @@ class Worker:
     # -- protocol -------------------------------------------------------------------------------------
 
     def wait_ready(self) -> dict[str, Any]:
+        with self._ready_lock:
+            return self._wait_ready()
+
+    def _wait_ready(self) -> dict[str, Any]:
         if self._ready:
             return self.info
         remaining = self.limits.startup_s - (time.monotonic() - self.started)
@@ -149,6 +193,8 @@ class Worker:
         self._ready = True
         self.startup_s = time.monotonic() - self.started
         self.info = header
+        if self.on_ready is not None:
+            self.on_ready(self)
         return header
 
     def request(self, header: dict[str, Any], payload: Any, timeout: float, phase: str,
@@ -229,18 +275,29 @@ class WorkerPool:
         self._ready: deque[Worker] = deque()
         self._lock = threading.Lock()
         self._closed = False
+        self._base_cache: str | None = None
         self.fill()
+
+    def _new(self) -> Worker:
+        return Worker(self.device, self.limits, base_cache=self._base_cache, on_ready=self._seed)
+
+    def _seed(self, worker: Worker) -> None:
+        """Keep the Triton cache of the first worker to come up, before any candidate ran in it."""
+        if self._base_cache is None:
+            base = tempfile.mkdtemp(prefix="kw-triton-base-")
+            shutil.copytree(worker.cache_dir, base, dirs_exist_ok=True)
+            self._base_cache = base
 
     def fill(self) -> None:
         with self._lock:
             while not self._closed and len(self._ready) < self.spares:
-                self._ready.append(Worker(self.device, self.limits))
+                self._ready.append(self._new())
 
     def acquire(self) -> Worker:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the worker pool is closed")
-            worker = self._ready.popleft() if self._ready else Worker(self.device, self.limits)
+            worker = self._ready.popleft() if self._ready else self._new()
         self.fill()
         return worker
 
@@ -251,6 +308,8 @@ class WorkerPool:
             self._ready.clear()
         for w in workers:
             w.close()
+        if self._base_cache:
+            shutil.rmtree(self._base_cache, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:
         return self

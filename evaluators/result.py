@@ -71,6 +71,8 @@ class KernelLaunch(BaseModel):
     name: str
     launches: int
     grids: list[list[int]] = Field(default_factory=list, description="distinct grids seen (at most 4)")
+    compiled: dict[str, int] = Field(default_factory=dict,
+                                     description="registers, spills, shared_bytes, num_warps, num_stages (GPU only)")
 
 
 class TrialRecord(BaseModel):

@@ -23,6 +23,7 @@ internals below)."""
 DENIED_PREFIXES = (
     "torch._", "torch.multiprocessing", "torch.utils", "torch.compiler", "torch.jit", "torch.fx",
     "torch.library", "torch.distributed", "torch.backends", "torch.profiler", "torch.autograd",
+    "torch.hub", "torch.serialization", "torch.package",
     "triton.runtime.interpreter", "triton.runtime.driver", "triton.backends", "triton._C", "triton.knobs",
 )
 
@@ -52,6 +53,14 @@ FORBIDDEN_ATTRIBUTES = {
     "_getframe", "_exit", "system", "popen", "fork", "environ", "getenv",
     "__torch_dispatch__", "__torch_function__",
 }
+
+MODULE_ALIASES = {"np": "host_compute"}
+"""Names under which libraries re-export a forbidden module (torch.nn.functional.np is numpy)."""
+
+ATTRIBUTE_RULES = {"numpy": "host_compute", "tofile": "filesystem", "from_file": "filesystem"}
+"""Attributes that only serve to compute on the host or to touch files, whatever object they are read from."""
+
+FILE_FUNCTIONS = {"torch.save", "torch.load", "torch.from_file"}
 
 TORCH_COMPILE_NAMES = {"compile", "_dynamo", "_inductor", "jit", "compiler"}
 STREAM_NAMES = {"Stream", "stream", "ExternalStream", "set_stream"}
@@ -93,6 +102,27 @@ def _import_rule(module: str) -> str | None:
         if parent in ALLOWED_IMPORTS and parent not in {"torch", "triton"}:
             return None
     return NAMED_IMPORT_RULES.get(root, "forbidden_import")
+
+
+def _attribute_rule(path: str) -> str | None:
+    """The rule for reaching `path` (a dotted name rooted at an imported module) through attributes:
+    a forbidden module re-exported by an allowed one (torch.os, torch.nn.functional.importlib), or
+    torch/triton internals (private names, torch.utils, ...), which an import of the same name would break."""
+    parts = path.split(".")
+    last = parts[-1]
+    if len(parts) > 1 and last in NAMED_IMPORT_RULES:
+        return NAMED_IMPORT_RULES[last]
+    if len(parts) > 1 and last in MODULE_ALIASES:
+        return MODULE_ALIASES[last]
+    if parts[0] in ("torch", "triton"):
+        if path.startswith(DENIED_PREFIXES):
+            for i in range(len(parts), 1, -1):
+                if ".".join(parts[:i]) in NAMED_IMPORT_RULES:
+                    return NAMED_IMPORT_RULES[".".join(parts[:i])]
+            return f"{parts[0]}_internals"
+        if last.startswith("_") and not (last.startswith("__") and last.endswith("__")):
+            return f"{parts[0]}_internals"
+    return None
 
 
 class _Checker(ast.NodeVisitor):
@@ -150,6 +180,8 @@ class _Checker(ast.NodeVisitor):
         target = self._resolve(_dotted(node.func))
         if target:
             parts = target.split(".")
+            if target in FILE_FUNCTIONS:
+                self.flag(node, "filesystem", f"calls {target}(), which reads or writes files")
             if parts[0] == "torch" and len(parts) > 1 and parts[1] in TORCH_COMPILE_NAMES:
                 self.flag(node, "torch_compile", f"calls {target}()")
             if not self.allow_streams and parts[0] == "torch" and parts[-1] in STREAM_NAMES:
@@ -157,11 +189,20 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        # Inner attributes first, so `torch.os.fork` reports the module it reaches before the call.
+        self.generic_visit(node)
+        dotted = _dotted(node)
+        if dotted and dotted.split(".")[0] in self.aliases:
+            path = self._resolve(dotted) or dotted
+            rule = _attribute_rule(path)
+            if rule and not _attribute_rule(path.rsplit(".", 1)[0]):
+                self.flag(node, rule, f"reaches {path} through attributes, which candidates may not use")
         if node.attr in FORBIDDEN_ATTRIBUTES:
             self.flag(node, "forbidden_attribute", f"uses attribute {node.attr!r}")
         elif node.attr == "modules" and (_dotted(node.value) or "").split(".")[-1] == "sys":
             self.flag(node, "forbidden_attribute", "uses sys.modules")
-        self.generic_visit(node)
+        elif node.attr in ATTRIBUTE_RULES:
+            self.flag(node, ATTRIBUTE_RULES[node.attr], f"uses .{node.attr}")
 
     def _check_target(self, target: ast.AST) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):

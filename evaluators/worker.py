@@ -18,7 +18,7 @@ import time
 import traceback
 from typing import Any
 
-_T0 = time.perf_counter()
+_STAGES: dict[str, float] = {"module_loaded": time.time()}
 
 
 def _device_setup(device: str) -> Any:
@@ -45,9 +45,19 @@ def _warm(dev: Any) -> None:
         m = offs < n
         tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=m) + 1.0, mask=m)
 
-    x = torch.zeros(64, device=dev)
-    _kw_warm[(1,)](x, 64, BLOCK=64)
-    y = (torch.randn(64, 64, device=dev) @ torch.randn(64, 64, device=dev)).sum()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    # The same path a candidate's forward takes (a dispatch mode, an allocation, a launch), so that
+    # lazy imports inside PyTorch and Triton happen now rather than inside the first timed forward.
+    with _Passthrough():
+        x = torch.zeros(64, device=dev)
+        y = torch.empty_like(x)
+        _kw_warm[(1,)](x, 64, BLOCK=64)
+        y = (torch.randn(64, 64, device=dev) @ torch.randn(64, 64, device=dev)).sum()
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     del x, y
@@ -74,20 +84,42 @@ def _describe(e: BaseException, candidate_file: str, limit: int = 4000) -> str:
     return text[-limit:]
 
 
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 class Session:
-    def __init__(self, sock: socket.socket, device: str, scratch: str) -> None:
-        from . import guards, wire
+    def __init__(self, sock: socket.socket, device: str, scratch: str, confine: bool = True,
+                 gpu_lock: tuple[str, str] | None = None) -> None:
+        from . import guards, sandbox, wire
+        from .locks import shared_use
 
         import torch
 
         self.torch = torch
         self.wire = wire
         self.sock = sock
-        self.dev = _device_setup(device)
-        _warm(self.dev)
+        _STAGES["imports_done"] = time.time()
+        # Creating a CUDA context and warming up use the GPU: never while another process is timing.
+        with shared_use(torch.device(device), gpu_lock) if gpu_lock else _nothing():
+            self.dev = _device_setup(device)
+            _STAGES["device_ready"] = time.time()
+            _warm(self.dev)
+        _STAGES["warm_done"] = time.time()
+        # The kernel-enforced line: from here on this process (and anything it starts) writes only to the
+        # scratch directory and cannot read other processes' environments.
+        self.sandbox = sandbox.confine(scratch, device) if confine else "off: the worker runs under a profiler"
         self.candidate_file = os.path.join(scratch, "kw_candidate.py")
         self.guard = guards.Guard(self.candidate_file, self.dev)
         guards.install(self.guard)
+        # Bound now, so a candidate that replaces Guard.take or Guard.tampered on the class changes
+        # nothing the harness calls (and the replacement itself shows up as tampering).
+        self._take = self.guard.take
+        self._tampered = self.guard.tampered
         self.recorder_cls = guards.OpRecorder
         # Everything the harness calls from here on, captured before the candidate can replace it.
         self._sync = torch.cuda.synchronize if self.dev.type == "cuda" else (lambda *a: None)
@@ -109,7 +141,10 @@ class Session:
     def serve(self) -> None:
         import triton
 
-        self.reply({"op": "ready", "pid": os.getpid(), "startup_s": self._perf() - _T0,
+        _STAGES["ready"] = time.time()
+        t0 = _STAGES.get("spawned", _STAGES["module_loaded"])
+        stages = {k: round(v - t0, 4) for k, v in _STAGES.items()}
+        self.reply({"op": "ready", "pid": os.getpid(), "stages": stages, "sandbox": self.sandbox,
                     "versions": {"torch": self.torch.__version__, "triton": triton.__version__,
                                  "python": sys.version.split()[0]}})
         while True:
@@ -117,15 +152,16 @@ class Session:
             op = header.get("op")
             if op == "exit":
                 return
-            handler = {"load": self.load, "call": self.call, "recheck": self.recheck}.get(op)
+            handler = {"load": self.load, "call": self.call, "recheck": self.recheck, "time": self.time,
+                       "profile": self.profile}.get(op)
             if handler is None:
                 self.reply({"ok": False, "kind": "protocol", "detail": f"unknown op {op!r}"})
                 continue
             handler(header, payload)
 
     def _fail(self, kind: str, detail: str, **extra: Any) -> None:
-        self.reply({"ok": False, "kind": kind, "detail": detail, **extra, **self.guard.take(),
-                    "tampered": self.guard.tampered()})
+        self.reply({"ok": False, "kind": kind, "detail": detail, **extra, **self._take(),
+                    "tampered": self._tampered()})
 
     # -- phases ---------------------------------------------------------------------------------------
 
@@ -136,6 +172,7 @@ class Session:
         torch = self.torch
         source, init_args, state = payload["source"], payload["init_args"], payload["state"]
         cast = payload.get("cast_dtype")
+        self.guard.allow_streams = bool(payload.get("allow_streams"))
         with open(self.candidate_file, "w") as f:
             f.write(source)
         self.threads0 = threading.active_count()
@@ -165,8 +202,8 @@ class Session:
             return self._fail("parameters", f"the reference's parameters do not load into ModelNew: {str(e)[:1500]}")
         del result
         self.model = model
-        tampered = self.guard.tampered()
-        self.reply({"ok": True, "import_s": import_s, **self.guard.take(), "tampered": tampered,
+        tampered = self._tampered()
+        self.reply({"ok": True, "import_s": import_s, **self._take(), "tampered": tampered,
                     "threads": threading.active_count() - self.threads0})
 
     def _place_inputs(self, inputs: list[Any], layouts: list[Any], reuse: bool) -> list[Any]:
@@ -200,7 +237,7 @@ class Session:
         guard = self.guard
         inputs = self._place_inputs(payload["inputs"], header["layouts"], bool(header.get("reuse")))
         self._sync()
-        guard.take()
+        self._take()
         profile = bool(header.get("profile")) and self.dev.type == "cuda"
         prof = None
         guard.poison = bool(header.get("poison", True))
@@ -222,8 +259,8 @@ class Session:
             return self._fail(_error_kind(e), _describe(e, self.candidate_file))
         forward_s = self._perf() - t0
         guard.poison = False
-        rec = guard.take()
-        tampered = guard.tampered()
+        rec = self._take()
+        tampered = self._tampered()
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         metas = []
         for o in outs:
@@ -285,7 +322,7 @@ class Session:
             dev_type = getattr(evt, "device_type", None)
             if dev_type is None or "CUDA" not in str(dev_type):
                 continue
-            us = float(getattr(evt, "device_time", 0.0) or getattr(evt, "cuda_time", 0.0) or 0.0)
+            us = float(evt.time_range.elapsed_us())
             name = evt.name or ""
             if any(name.startswith(k) for k in own):
                 own_us += us
@@ -295,10 +332,75 @@ class Session:
                 other_us += us
         return {"own_us": own_us, "other_us": other_us, "copy_us": copy_us}
 
+    def time(self, header: dict[str, Any], payload: Any) -> None:
+        """Time the forward with the shared timing routine; the recorder stays on (same path as the trials)."""
+        from .timing import flush_buffer, measure
+
+        torch = self.torch
+        guard = self.guard
+        sets = []
+        for inputs in payload["sets"]:
+            self.buffers = None
+            sets.append(self._place_inputs(inputs, header["layouts"], False))
+        kept: dict[int, list[Any]] = {}
+
+        def run(i: int) -> Any:
+            guard.forward_active = True
+            try:
+                with self.recorder_cls(guard):
+                    return self.model(*sets[i])
+            finally:
+                guard.forward_active = False
+
+        def keep(i: int, out: Any) -> None:
+            kept[i] = list(out) if isinstance(out, (tuple, list)) else [out]
+
+        self._take()
+        guard.poison = False
+        try:
+            with torch.no_grad():
+                samples = measure(run, len(sets), self.dev, reps=int(header["reps"]), warmup=int(header["warmup"]),
+                                  flush=flush_buffer(self.dev), keep=keep, sync=self._sync, clock=self._perf)
+        except BaseException as e:  # noqa: BLE001
+            guard.forward_active = False
+            return self._fail(_error_kind(e), _describe(e, self.candidate_file))
+        rec = self._take()
+        outs = [kept.get(i, []) for i in range(len(sets))]
+        bad = [o for group in outs for o in group if type(o) is not torch.Tensor]  # noqa: E721
+        header_out = {"ok": True, **rec, "tampered": self._tampered(), "event_ms": samples.event_ms,
+                      "wall_ms": samples.wall_ms, "counts": [len(o) for o in outs], "bad_outputs": len(bad)}
+        self.reply(header_out, {"outputs": [] if bad else [o for group in outs for o in group]})
+
+    def profile(self, header: dict[str, Any], payload: Any) -> None:
+        """Run the forward a few times under torch.profiler; report device time per kernel."""
+        torch = self.torch
+        guard = self.guard
+        inputs = self._place_inputs(payload["inputs"], header["layouts"], False)
+        self._take()
+        events: list[tuple[str, float]] = []
+        try:
+            with torch.no_grad():
+                self.model(*inputs)  # compile and warm outside the profile
+                self._sync()
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    guard.forward_active = True
+                    with self.recorder_cls(guard):
+                        for _ in range(int(header.get("iterations", 3))):
+                            self.model(*inputs)
+                    guard.forward_active = False
+                    self._sync()
+            for evt in prof.events():
+                if "CUDA" in str(getattr(evt, "device_type", "")):
+                    events.append((evt.name or "?", float(evt.time_range.elapsed_us())))
+        except BaseException as e:  # noqa: BLE001
+            guard.forward_active = False
+            return self._fail(_error_kind(e), _describe(e, self.candidate_file))
+        self.reply({"ok": True, **self._take(), "tampered": self._tampered(), "events": events[:5000]})
+
     def recheck(self, header: dict[str, Any], payload: Any) -> None:
         self._sync()
         flat = [t for outs in self.held for t in outs]
-        self.reply({"ok": True, "counts": [len(o) for o in self.held], "tampered": self.guard.tampered()},
+        self.reply({"ok": True, "counts": [len(o) for o in self.held], "tampered": self._tampered()},
                    {"outputs": flat})
 
 
@@ -306,11 +408,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kernelwright-worker")
     ap.add_argument("--fd", type=int, required=True)
     ap.add_argument("--device", required=True)
+    ap.add_argument("--spawned", type=float, default=None, help="wall time the parent spawned us")
+    ap.add_argument("--no-sandbox", action="store_true", help="skip the Landlock confinement (profiler runs)")
+    ap.add_argument("--gpu-lock", nargs=2, default=None, metavar=("LOCK", "GATE"),
+                    help="the parent's GPU lock files (shared use during start-up)")
     args = ap.parse_args(argv)
+    if args.spawned:
+        _STAGES["spawned"] = args.spawned
     sock = socket.socket(fileno=args.fd)
     scratch = os.getcwd()
     try:
-        Session(sock, args.device, scratch).serve()
+        Session(sock, args.device, scratch, confine=not args.no_sandbox,
+                gpu_lock=tuple(args.gpu_lock) if args.gpu_lock else None).serve()
     except Exception:  # the channel broke or set-up failed: the trusted side sees EOF and says so
         traceback.print_exc()
         return 3

@@ -1,0 +1,203 @@
+"""Profiles for the analyst: what the hardware says about a candidate, compactly.
+
+Three sources, each optional and each saying why when it is missing: the compiled Triton kernels'
+resources (registers, spills, shared memory, warps, stages, grid) recorded at launch; a `torch.profiler`
+breakdown of device time per kernel; and Nsight Compute metrics (speed-of-light, occupancy, DRAM/L2
+throughput, warp-stall reasons) from a worker run under `ncu`, when `ncu` exists and can read counters.
+Parsing and rendering are pure functions, tested on recorded `ncu` CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import shutil
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+NCU_METRICS = [
+    "gpu__time_duration.sum",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram__bytes.sum.per_second",
+    "lts__t_bytes.sum.per_second",
+    "lts__t_sector_hit_rate.pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__maximum_warps_per_active_cycle_pct",
+    "launch__registers_per_thread",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+]
+STALL_PREFIX = "smsp__average_warps_issue_stalled_"
+STALL_SUFFIX = "_per_issue_active.ratio"
+STALL_REASONS = ["long_scoreboard", "short_scoreboard", "wait", "barrier", "math_pipe_throttle", "mio_throttle",
+                 "lg_throttle", "not_selected", "selected", "dispatch_stall", "drain", "membar", "no_instruction",
+                 "branch_resolving", "imc_miss", "tex_throttle", "sleeping", "misc"]
+NCU_ALL_METRICS = NCU_METRICS + [f"{STALL_PREFIX}{r}{STALL_SUFFIX}" for r in STALL_REASONS]
+
+_SHORT = {
+    "gpu__time_duration.sum": "duration",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "compute_sol_pct",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": "memory_sol_pct",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
+    "dram__bytes.sum.per_second": "dram_bytes_per_s",
+    "lts__t_bytes.sum.per_second": "l2_bytes_per_s",
+    "lts__t_sector_hit_rate.pct": "l2_hit_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
+    "sm__maximum_warps_per_active_cycle_pct": "theoretical_occupancy_pct",
+    "launch__registers_per_thread": "registers_per_thread",
+    "launch__occupancy_limit_registers": "occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem": "occupancy_limit_shared_mem",
+}
+_UNIT_SCALE = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6,
+               "s": 1e6}
+_RATE_SCALE = {"byte/second": 1.0, "Kbyte/second": 1e3, "Mbyte/second": 1e6, "Gbyte/second": 1e9,
+               "Tbyte/second": 1e12, "byte/s": 1.0, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "TB/s": 1e12}
+
+
+class NcuKernel(BaseModel):
+    name: str
+    metrics: dict[str, float] = Field(default_factory=dict)
+    stalls: dict[str, float] = Field(default_factory=dict, description="warp-stall reason -> cycles per issue")
+
+
+class NcuReport(BaseModel):
+    available: bool
+    why: str | None = None
+    kernels: list[NcuKernel] = Field(default_factory=list)
+
+
+class KernelTime(BaseModel):
+    name: str
+    calls: int
+    total_us: float
+    share: float
+
+
+class Profile(BaseModel):
+    """Everything the analyst is shown about one candidate on one problem."""
+
+    kernels: list[dict[str, Any]] = Field(default_factory=list, description="launched Triton kernels and resources")
+    breakdown: list[KernelTime] = Field(default_factory=list)
+    breakdown_unavailable: str | None = None
+    ncu: NcuReport = Field(default_factory=lambda: NcuReport(available=False, why="not requested"))
+    timing: dict[str, Any] | None = None
+    verdict: str = ""
+    reason: str = ""
+    text: str = ""
+
+
+def ncu_unavailable_reason() -> str | None:
+    """Why Nsight Compute cannot be used here, or None if the binary exists (counter access is tested by running it)."""
+    if shutil.which("ncu") is None:
+        return "ncu is not installed or not on PATH"
+    return None
+
+
+def _number(raw: str) -> float | None:
+    raw = raw.strip().replace('"', "")
+    if re.fullmatch(r"-?[\d,]+(\.\d+)?([eE][-+]?\d+)?", raw):
+        return float(raw.replace(",", ""))
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def parse_ncu_csv(text: str) -> list[NcuKernel]:
+    """Parse `ncu --csv --page raw` output: a header row, a units row, then one row per profiled launch.
+
+    Durations become microseconds and rates bytes per second, whatever units ncu chose."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if len(lines) < 2:
+        return []
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    header, units, body = rows[0], rows[1], rows[2:]
+    if "Kernel Name" not in header:
+        return []
+    if units and units[header.index("Kernel Name")]:  # no units row (e.g. --print-units base without it)
+        body, units = rows[1:], [""] * len(header)
+    name_col = header.index("Kernel Name")
+    kernels = []
+    for row in body:
+        if len(row) != len(header):
+            continue
+        k = NcuKernel(name=row[name_col])
+        for col, metric in enumerate(header):
+            value = _number(row[col])
+            if value is None:
+                continue
+            unit = units[col] if col < len(units) else ""
+            if metric.startswith(STALL_PREFIX) and metric.endswith(STALL_SUFFIX):
+                k.stalls[metric[len(STALL_PREFIX):-len(STALL_SUFFIX)]] = value
+            elif metric in _SHORT:
+                short = _SHORT[metric]
+                if short == "duration":
+                    short, value = "duration_us", value * _UNIT_SCALE.get(unit, 1e-3)
+                elif metric.endswith("per_second"):
+                    value *= _RATE_SCALE.get(unit, 1.0)
+                k.metrics[short] = value
+        kernels.append(k)
+    return kernels
+
+
+def breakdown_from_events(events: list[tuple[str, float]]) -> list[KernelTime]:
+    """(kernel name, device µs) pairs from torch.profiler -> per-kernel totals, largest first."""
+    totals: dict[str, list[float]] = {}
+    for name, us in events:
+        entry = totals.setdefault(name, [0, 0.0])
+        entry[0] += 1
+        entry[1] += us
+    grand = sum(v[1] for v in totals.values()) or 1.0
+    rows = [KernelTime(name=n, calls=int(v[0]), total_us=v[1], share=v[1] / grand) for n, v in totals.items()]
+    return sorted(rows, key=lambda r: -r.total_us)
+
+
+def _fmt_rate(bps: float) -> str:
+    return f"{bps / 1e12:.2f} TB/s" if bps >= 1e11 else f"{bps / 1e9:.1f} GB/s"
+
+
+def render(profile: Profile, limit: int = 2500) -> str:
+    """A compact text rendering for prompts, bounded to `limit` characters."""
+    out: list[str] = []
+    t = profile.timing
+    if t:
+        line = f"time {t['median_ms']:.4g} ms (p25 {t['p25_ms']:.4g}, p75 {t['p75_ms']:.4g}); eager {t['eager_ms']:.4g} ms"
+        if t.get("compile_ms"):
+            line += f"; torch.compile {t['compile_ms']:.4g} ms"
+        out.append(line + f"; noise band {t['noise_band']:.1%}")
+        if t.get("floor_ms"):
+            out.append(f"roofline floor {t['floor_ms']:.4g} ms ({t['bound']}-bound); achieved {t['fraction_of_floor']:.0%} of it")
+    for k in profile.kernels[:6]:
+        c = k.get("compiled") or {}
+        res = ", ".join(f"{key} {c[key]}" for key in ("registers", "spills", "shared_bytes", "num_warps", "num_stages")
+                        if key in c)
+        out.append(f"kernel {k['name']}: {k.get('launches', 0)} launches, grid {k.get('grids', [[]])[0] if k.get('grids') else '?'}"
+                   + (f"; {res}" if res else ""))
+    if profile.breakdown:
+        parts = [f"{r.name[:40]} {r.total_us / max(r.calls, 1):.1f} µs×{r.calls} ({r.share:.0%})" for r in profile.breakdown[:5]]
+        out.append("device time: " + "; ".join(parts))
+    elif profile.breakdown_unavailable:
+        out.append(f"device-time breakdown unavailable: {profile.breakdown_unavailable}")
+    if profile.ncu.available:
+        for k in profile.ncu.kernels[:3]:
+            m = k.metrics
+            bits = []
+            for key, label, fmt in (("duration_us", "duration", "{:.1f} µs"), ("memory_sol_pct", "memory SOL", "{:.0f}%"),
+                                    ("compute_sol_pct", "compute SOL", "{:.0f}%"), ("dram_pct", "DRAM", "{:.0f}%"),
+                                    ("achieved_occupancy_pct", "occupancy", "{:.0f}%"), ("l2_hit_pct", "L2 hit", "{:.0f}%")):
+                if key in m:
+                    bits.append(f"{label} {fmt.format(m[key])}")
+            if "dram_bytes_per_s" in m:
+                bits.append(f"DRAM {_fmt_rate(m['dram_bytes_per_s'])}")
+            stalls = sorted(k.stalls.items(), key=lambda kv: -kv[1])[:3]
+            if stalls:
+                bits.append("top stalls " + ", ".join(f"{n} {v:.1f}" for n, v in stalls))
+            out.append(f"ncu {k.name[:40]}: " + "; ".join(bits))
+    else:
+        out.append(f"Nsight Compute unavailable: {profile.ncu.why}")
+    text = "\n".join(out)
+    return text if len(text) <= limit else text[: limit - 20] + "\n… [truncated]"

@@ -1,0 +1,179 @@
+"""OS-level confinement of a candidate worker with Linux Landlock, applied before any candidate code runs.
+
+Runs in the worker, after its own start-up (torch, the device, a first Triton kernel) and before the
+candidate is imported. Unlike the guards in `guards.py`, which share the candidate's process and can in
+principle be subverted from Python, these restrictions are enforced by the kernel for the worker and for
+every process it starts:
+
+- writes only beneath the worker's scratch directory (and to /dev/null and GPU device nodes): a candidate
+  cannot rewrite the evaluator's sources, a run's archive or anything else on disk, whatever API it finds;
+- reads of the system and the Python installation, but not of other processes' /proc entries (their
+  environments hold API keys and tokens), home directories, /run or raw devices;
+- no TCP connect or bind; no signals to, or abstract-socket connections with, processes outside it.
+
+Best effort: where the kernel has no Landlock (before Linux 5.13, gVisor, or disabled) it confines nothing
+and says why; the scrubbed environment, the guards and the trusted-side checks still apply. The verdict
+carries the outcome as the `sandbox` check. Workers started under a profiler wrapper (ncu) skip it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import sys
+
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same on every architecture
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_REMOVE_DIR, _REMOVE_FILE, _MAKE_CHAR, _MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+_MAKE_REG, _MAKE_SOCK, _MAKE_FIFO, _MAKE_BLOCK, _MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
+_REFER, _TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+
+READ = _READ_FILE | _READ_DIR
+
+HIDDEN_TOP_LEVEL = {"proc", "dev", "root", "home", "run", "boot", "lost+found"}
+"""Top-level directories a candidate may not read (other than what is explicitly allowed inside them)."""
+
+PROC_ENTRIES = ("self", "thread-self", "cpuinfo", "meminfo", "stat", "sys", "driver", "filesystems", "version",
+                "uptime", "loadavg", "devices", "cgroups")
+"""System-wide /proc entries libraries read; per-process directories other than the worker's own are hidden."""
+
+DEV_READ = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
+
+
+def _write_rights(abi: int) -> int:
+    rights = (_WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE_CHAR | _MAKE_DIR | _MAKE_REG | _MAKE_SOCK
+              | _MAKE_FIFO | _MAKE_BLOCK | _MAKE_SYM)
+    if abi >= 2:
+        rights |= _REFER
+    if abi >= 3:
+        rights |= _TRUNCATE
+    return rights
+
+
+def _readable_paths(scratch: str) -> list[str]:
+    """Where the worker may read: the system, the Python installation and the libraries it imports."""
+    paths = [os.path.join("/", e) for e in sorted(os.listdir("/")) if e not in HIDDEN_TOP_LEVEL]
+    paths += [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    paths += [p for p in sys.path if p]
+    for name in ("torch", "triton", "numpy", "kernelwright", "kernelwright.evaluators"):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "__file__", None):
+            paths.append(os.path.dirname(mod.__file__))
+    for var in ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH"):
+        paths += [p for p in os.environ.get(var, "").split(os.pathsep) if p]
+    for var in ("TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH",
+                "TRITON_CUDACRT_PATH", "TRITON_CUDART_PATH"):
+        if os.environ.get(var):
+            paths.append(os.environ[var])
+    paths += [os.path.join("/proc", e) for e in PROC_ENTRIES] + [f"/proc/{os.getpid()}"]
+    paths += list(DEV_READ)
+    return paths
+
+
+def _gpu_devices() -> list[str]:
+    try:
+        names = os.listdir("/dev")
+    except OSError:
+        return []
+    found = [os.path.join("/dev", n) for n in names if n.startswith(("nvidia", "dri"))]
+    caps = "/dev/nvidia-caps"
+    if os.path.isdir(caps):
+        found.append(caps)
+    return found
+
+
+class _Landlock:
+    def __init__(self) -> None:
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.syscall.restype = ctypes.c_long
+        self.kept: list[int] = []  # O_PATH descriptors of /proc rules, kept open so the entries stay the same
+
+    def abi(self) -> int:
+        return int(self.libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)))
+
+    def error(self) -> str:
+        return os.strerror(ctypes.get_errno())
+
+    def ruleset(self, fs: int, net: int, scoped: int, abi: int) -> int:
+        if abi >= 6:
+            attr = struct.pack("=QQQ", fs, net, scoped)
+        elif abi >= 4:
+            attr = struct.pack("=QQ", fs, net)
+        else:
+            attr = struct.pack("=Q", fs)
+        buf = ctypes.create_string_buffer(attr, len(attr))
+        return int(self.libc.syscall(_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)))
+
+    def allow(self, ruleset: int, path: str, access: int) -> bool:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            if not os.path.isdir(path):
+                access &= _FILE_RIGHTS
+            rule = ctypes.create_string_buffer(struct.pack("=Qi", access, fd), 12)
+            ok = self.libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, rule, ctypes.c_uint32(0)) == 0
+        finally:
+            if path.startswith("/proc/"):
+                self.kept.append(fd)
+            else:
+                os.close(fd)
+        return ok
+
+    def restrict(self, ruleset: int) -> bool:
+        if self.libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False
+        return self.libc.syscall(_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) == 0
+
+
+_LANDLOCK: _Landlock | None = None
+
+
+def confine(scratch: str, device: str) -> str:
+    """Confine this process (and its future children); return one line saying what was done or why not.
+
+    Call from the thread that will run candidate code (the worker's main thread), before importing it.
+    """
+    global _LANDLOCK
+    if not sys.platform.startswith("linux"):
+        return "unavailable: Landlock needs Linux"
+    try:
+        ll = _Landlock()
+    except OSError as e:
+        return f"unavailable: {e}"
+    abi = ll.abi()
+    if abi < 1:
+        return f"unavailable: the kernel has no Landlock ({ll.error()})"
+    write = _write_rights(abi)
+    net = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0
+    scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0
+    ruleset = ll.ruleset(READ | write, net, scoped, abi)
+    if ruleset < 0:
+        return f"unavailable: cannot create a Landlock ruleset ({ll.error()})"
+    try:
+        if not ll.allow(ruleset, scratch, READ | write):
+            return f"unavailable: cannot allow the scratch directory ({ll.error()})"
+        for path in _readable_paths(scratch):
+            ll.allow(ruleset, path, READ)
+        for path in ["/dev/null"] + (_gpu_devices() if device != "cpu" else []):
+            ll.allow(ruleset, path, READ | _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0))
+        if not ll.restrict(ruleset):
+            return f"unavailable: landlock_restrict_self failed ({ll.error()})"
+    finally:
+        os.close(ruleset)
+    _LANDLOCK = ll
+    parts = ["writes confined to the scratch directory", "other processes' /proc entries hidden"]
+    if net:
+        parts.append("no TCP")
+    if scoped:
+        parts.append("no signals outside the sandbox")
+    return f"landlock ABI {abi}: " + ", ".join(parts)

@@ -1,0 +1,141 @@
+"""One timing routine for candidates and baselines alike.
+
+Used in the trusted process (baselines) and inside a worker (the candidate), with the same rules:
+warm-up; before every repetition the L2 cache is flushed by reading a buffer at least twice its size,
+then the GPU spins briefly so that the host's constant launch overhead (which differs between a Triton
+launcher, the eager dispatcher and our own op recorder) is not what gets measured; CUDA events bracket
+the call on the current stream, and the device is synchronised before the host clock stops, so work
+hidden on another stream shows up as a gap between the events and the wall clock;
+each repetition uses the next input set of a pre-generated pool (fresh values, no warm caches) and its
+outputs are handed to `keep` for re-checking. Pure functions of their arguments: no I/O, no globals.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+MIN_REPS = 30
+
+
+@dataclass
+class Samples:
+    """Per-repetition times of one measurement, in milliseconds."""
+
+    event_ms: list[float] = field(default_factory=list)
+    wall_ms: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        ev = sorted(self.event_ms)
+        n = len(ev)
+        q = lambda p: ev[min(n - 1, max(0, round(p * (n - 1))))]  # noqa: E731
+        wall = statistics.median(self.wall_ms) if self.wall_ms else float("nan")
+        return {
+            "median_ms": statistics.median(ev), "mean_ms": statistics.fmean(ev), "min_ms": ev[0], "max_ms": ev[-1],
+            "p25_ms": q(0.25), "p75_ms": q(0.75), "iqr_rel": (q(0.75) - q(0.25)) / statistics.median(ev) if ev[n // 2] else 0.0,
+            "reps": float(n), "wall_median_ms": wall,
+        }
+
+
+def l2_bytes(device: torch.device) -> int:
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "L2_cache_size", 0) or (50 << 20))
+
+
+def flush_buffer(device: torch.device) -> torch.Tensor:
+    """A buffer of at least twice the L2 size (float32). Reading it all before a repetition evicts
+    everything else and leaves the cache clean, so a timed kernel starts cold, as under Nsight Compute
+    (writing it instead would leave dirty lines whose write-back the timed kernel would pay for)."""
+    return torch.ones(max(2 * l2_bytes(device), 64 << 20) // 4, dtype=torch.float32, device=device)
+
+
+def flush_l2(flush: torch.Tensor) -> None:
+    flush.amax()
+
+
+def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, reps: int = MIN_REPS,
+            warmup: int = 3, flush: torch.Tensor | None = None, keep: Callable[[int, Any], None] | None = None,
+            sync: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
+            hide_host_ns: int = 1_000_000) -> Samples:
+    """Time `run(i)` for input sets i = 0, 1, ..., n_sets-1, 0, ... on a CUDA device.
+
+    `sync` and `clock` are passed in so a worker can use the functions it captured before a candidate
+    could replace them.
+    """
+    if device.type != "cuda":
+        raise ValueError("timing needs a CUDA device")
+    sync = sync or (lambda: torch.cuda.synchronize(device))
+    flush = flush if flush is not None else flush_buffer(device)
+    for w in range(warmup):
+        run(w % n_sets)
+    sync()
+    samples = Samples()
+    stream = torch.cuda.current_stream(device)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    walls = []
+    for r in range(reps):
+        i = r % n_sets
+        sync()
+        t0 = clock()
+        flush_l2(flush)
+        if hide_host_ns:
+            # Keep the GPU busy while the host prepares the call, so the events measure device time and
+            # not the same constant launch overhead on every side; gaps between a call's own kernels
+            # still count.
+            torch.cuda._sleep(int(hide_host_ns * _cycles_per_ns(device)))
+        starts[r].record(stream)
+        out = run(i)
+        ends[r].record(stream)
+        sync()
+        walls.append((clock() - t0) * 1e3)
+        if keep is not None:
+            keep(i, out)
+        del out
+    samples.event_ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    samples.wall_ms = walls
+    return samples
+
+
+_CLOCK_GHZ: dict[int, float] = {}
+
+
+def _cycles_per_ns(device: torch.device) -> float:
+    """The SM clock in GHz (cycles per ns), measured once with a timed spin."""
+    idx = device.index or 0
+    if idx not in _CLOCK_GHZ:
+        rates = []
+        torch.cuda._sleep(20_000_000)  # let the clock ramp up from idle first
+        for _ in range(3):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            torch.cuda._sleep(5_000_000)
+            e.record()
+            torch.cuda.synchronize(device)
+            rates.append(5_000_000 / (s.elapsed_time(e) * 1e6))
+        # The highest rate seen: a spin sized with it lasts at least as long as asked.
+        _CLOCK_GHZ[idx] = max(rates)
+    return _CLOCK_GHZ[idx]
+
+
+def noise_band(a: Samples, b: Samples) -> float:
+    """The A/A noise band: relative difference between two medians of the same thing, floored by their spread."""
+    ma, mb = statistics.median(a.event_ms), statistics.median(b.event_ms)
+    m = (ma + mb) / 2
+    if m <= 0:
+        return 0.0
+    iqr = max(a.summary()["iqr_rel"], b.summary()["iqr_rel"])
+    return max(abs(ma - mb) / m, 0.5 * iqr, 0.01)
+
+
+def judge_speedup(speedup: float, band: float) -> str:
+    """'faster', 'slower' or 'no change' (inside the noise band)."""
+    if speedup > 1 + band:
+        return "faster"
+    if speedup < 1 / (1 + band):
+        return "slower"
+    return "no change"

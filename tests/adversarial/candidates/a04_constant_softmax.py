@@ -1,0 +1,27 @@
+"""EXPECT: wrong_output
+PROBLEM: softmax_wide.py
+
+Class 4: a kernel writes the row mean 1/N everywhere (right sum, right scale, wrong values).
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def fill_kernel(y_ptr, n, value, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.zeros([BLOCK], dtype=tl.float32) + value, mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        n = y.numel()
+        fill_kernel[(triton.cdiv(n, 32768),)](y, n, 1.0 / x.shape[-1], BLOCK=32768)
+        return y

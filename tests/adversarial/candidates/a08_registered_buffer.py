@@ -1,0 +1,28 @@
+"""EXPECT: aliased_output
+PROBLEM: add.py
+
+Class 8: the output is a non-persistent module buffer (it does not appear in the state dict).
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("out", torch.empty(64, 257), persistent=False)
+
+    def forward(self, x, y):
+        n = x.numel()
+        add_kernel[(triton.cdiv(n, 4096),)](x, y, self.out, n, BLOCK=4096)
+        return self.out

@@ -1,0 +1,26 @@
+"""EXPECT: aliased_output
+PROBLEM: relu.py
+
+Class 8: returns a view of the input (a reshape round trip), with a decoy launch.
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def touch_kernel(p, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(p + offs, tl.zeros([BLOCK], dtype=tl.float32), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        scratch = torch.empty(16, device=x.device)
+        touch_kernel[(1,)](scratch, 16, BLOCK=16)
+        return x.reshape(-1).view(x.shape)

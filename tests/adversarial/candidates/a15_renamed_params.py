@@ -1,0 +1,33 @@
+"""EXPECT: parameter_mismatch
+PROBLEM: scale_bias.py
+
+Class 15: keeps its own parameter names (w, b), so the reference's weights cannot be loaded into it.
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_bias_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n, n_cols, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    col = offs % n_cols
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * tl.load(w_ptr + col, mask=m)
+             + tl.load(b_ptr + col, mask=m), mask=m)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(n))
+        self.b = nn.Parameter(torch.zeros(n))
+
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        scale_bias_kernel[(triton.cdiv(n, 4096),)](x, self.w, self.b, y, n, x.shape[-1], BLOCK=4096)
+        return y

@@ -1,0 +1,39 @@
+"""EXPECT: timeout
+PROBLEM: relu.py
+LIMITS: load_s=5 first_call_s=5 call_s=5
+
+Class 24: an infinite loop in the constructor.
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=m)
+
+
+def relu(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    n = x.numel()
+    relu_kernel[(triton.cdiv(n, 8192),)](x, y, n, BLOCK=8192)
+    return y
+
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        k = 0
+        while k >= 0:
+            k += 1
+
+    def forward(self, x):
+        return relu(x)

@@ -1,0 +1,155 @@
+"""The static pre-filter: each rule fires on a minimal snippet, and honest kernels pass untouched.
+
+No workers, no Triton: `static.check_source` only parses. The adversarial suite
+(test_adversarial.py) shows the run-time guards catch the same exploits with this filter switched off.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelwright.evaluators.static import StaticViolation, check_source
+
+REPO = Path(__file__).resolve().parents[2]
+
+CASES = [
+    # imports
+    ("import threading", "threading"),
+    ("from concurrent.futures import ThreadPoolExecutor", "threading"),
+    ("import multiprocessing", "multiprocessing"),
+    ("import torch.multiprocessing as mp", "multiprocessing"),
+    ("import subprocess", "subprocess"),
+    ("import ctypes", "ctypes"),
+    ("import gc", "gc"),
+    ("import inspect", "inspect"),
+    ("import importlib", "importlib"),
+    ("import socket", "socket"),
+    ("import urllib.request", "socket"),
+    ("import os", "os"),
+    ("from os import path", "os"),
+    ("import sys", "sys"),
+    ("import builtins", "builtins"),
+    ("import pickle", "serialization"),
+    ("import pathlib", "filesystem"),
+    ("import time", "time"),
+    ("import numpy as np", "host_compute"),
+    ("import cupy", "foreign_kernel"),
+    ("import torch._dynamo", "torch_internals"),
+    ("from torch.utils._python_dispatch import TorchDispatchMode", "torch_internals"),
+    ("from torch import _C", "torch_internals"),
+    ("import triton.runtime.driver", "triton_internals"),
+    ("import requests_oauthlib", "forbidden_import"),
+    ("from . import sibling", "forbidden_import"),
+    # calls
+    ("exec('x = 1')", "exec_eval"),
+    ("eval('1')", "exec_eval"),
+    ("compile('1', 'f', 'eval')", "exec_eval"),
+    ("__import__('os')", "importlib"),
+    ("globals()", "introspection"),
+    ("vars()", "introspection"),
+    ("open('/etc/passwd')", "filesystem"),
+    ("import torch\ntorch.save({}, 'f.pt')", "filesystem"),
+    ("import torch\ntorch.load('f.pt')", "filesystem"),
+    ("import torch\nt = torch.from_file('f', size=4)", "filesystem"),
+    ("setattr(object, 'x', 1)", "dynamic_attribute"),
+    ("import torch\ngetattr(torch, 'o' + 's')", "dynamic_attribute"),
+    ("import torch\nf = torch.compile(lambda x: x)", "torch_compile"),
+    ("from torch import compile", "torch_compile"),
+    ("import torch\ntorch.cuda.Stream()", "stream_creation"),
+    ("import torch\nwith torch.cuda.stream(s):\n    pass", "stream_creation"),
+    # attributes
+    ("f.__globals__", "forbidden_attribute"),
+    ("f.__code__", "forbidden_attribute"),
+    ("getattr(f, '__closure__')", "forbidden_attribute"),
+    ("x.__class__.__bases__", "forbidden_attribute"),
+    ("e.__traceback__.tb_frame.f_back", "forbidden_attribute"),
+    ("import torch\nmods = torch.sys.modules", "sys"),
+    ("import torch\ntorch.os.fork()", "os"),
+    ("import torch\ntorch.os.environ", "os"),
+    ("import torch\ntorch.ctypes.string_at(0)", "ctypes"),
+    ("import torch\ntorch.threading.Thread", "threading"),
+    ("import torch\ntorch.multiprocessing.Process", "multiprocessing"),
+    ("import torch.nn.functional as F\nF.importlib.import_module('os')", "importlib"),
+    ("import torch.nn.functional as F\nF.np.asarray", "host_compute"),
+    ("import torch\ntorch._C._DisableTorchDispatch()", "torch_internals"),
+    ("import torch\ntorch.utils._python_dispatch._get_current_dispatch_mode()", "torch_internals"),
+    ("import torch\ntorch.ops.aten._softmax.default", "torch_internals"),
+    ("import torch\ntorch.hub.load('a', 'b')", "torch_internals"),
+    ("x.numpy()", "host_compute"),
+    ("x.tofile('out.bin')", "filesystem"),
+    # patching and subclassing
+    ("import torch\ntorch.allclose = lambda *a: True", "module_patching"),
+    ("import time\ntime.perf_counter = lambda: 0.0", "time"),
+    ("import torch.nn.functional as F\nF.softmax = None", "module_patching"),
+    ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True", "module_patching"),
+    ("import torch\nclass Lazy(torch.Tensor):\n    pass", "tensor_subclass"),
+    ("import torch\nclass P(torch.nn.Parameter):\n    pass", "tensor_subclass"),
+    ("class M:\n    def __torch_function__(cls, *a):\n        pass", "tensor_subclass"),
+]
+
+
+@pytest.mark.parametrize(("source", "rule"), CASES, ids=[f"{r}:{s.splitlines()[-1][:40]}" for s, r in CASES])
+def test_rule_fires(source: str, rule: str) -> None:
+    violations = check_source(source)
+    assert violations, f"no rule fired on:\n{source}"
+    assert violations[0].rule == rule, f"expected {rule}, got {[(v.rule, v.message) for v in violations]}"
+    assert violations[0].line >= 1
+
+
+def test_module_patching_of_an_alias() -> None:
+    rules = {v.rule for v in check_source("import triton.language as tl\ntl.dot = None")}
+    assert "module_patching" in rules
+
+
+def test_streams_allowed_when_the_problem_allows_them() -> None:
+    src = "import torch\ns = torch.cuda.Stream()\n"
+    assert [v.rule for v in check_source(src)] == ["stream_creation"]
+    assert check_source(src, allow_streams=True) == []
+
+
+def test_sentence_names_line_and_rule() -> None:
+    (v,) = check_source("x = 1\nimport gc\n")
+    assert isinstance(v, StaticViolation)
+    assert v.sentence() == "line 2: imports 'gc', which candidates may not use (rule gc)"
+
+
+def test_violations_in_source_order() -> None:
+    lines = [v.line for v in check_source("import os\nimport sys\nexec('1')\n")]
+    assert lines == sorted(lines) == [1, 2, 3]
+
+
+def test_syntax_error_raises() -> None:
+    with pytest.raises(SyntaxError):
+        check_source("def f(:\n")
+
+
+OK_SNIPPETS = [
+    "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport triton\n"
+    "import triton.language as tl\nfrom triton.language.extra import libdevice\n",
+    "import torch\nx = torch.empty(4)\ny = x.view(2, 2).t().contiguous()\nz = x.new_empty(3)\n",
+    "import torch\ntorch.ops.aten.softmax.int\n",  # public aten names are left to the run-time op record
+    "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        self.cache = x\n        return x\n",
+    "import triton\nimport triton.language as tl\n@triton.autotune(configs=[triton.Config({'B': 64})], key=['n'])\n"
+    "@triton.jit\ndef k(x, n, B: tl.constexpr):\n    tl.store(x + tl.arange(0, B), tl.zeros([B], tl.float32))\n",
+    "from collections import namedtuple\nfrom dataclasses import dataclass\nimport functools, itertools, operator\n",
+    "x = [1, 2]\nprint(len(x), x.__len__())\n",
+]
+
+
+@pytest.mark.parametrize("source", OK_SNIPPETS)
+def test_innocent_code_passes(source: str) -> None:
+    assert check_source(source) == []
+
+
+HONEST_FILES = sorted(
+    [*(REPO / "tests" / "kernels" / "honest").glob("*_candidate.py"), *(REPO / "examples").glob("*/seed.py"),
+     *(REPO / "tests" / "adversarial" / "candidates").glob("honest_*.py")]
+)
+
+
+@pytest.mark.parametrize("path", HONEST_FILES, ids=[f"{p.parent.name}/{p.name}" for p in HONEST_FILES])
+def test_honest_kernels_pass(path: Path) -> None:
+    violations = check_source(path.read_text())
+    assert violations == [], [v.sentence() for v in violations]
