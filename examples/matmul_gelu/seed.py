@@ -13,8 +13,8 @@ import triton
 import triton.language as tl
 
 # ---- tuning knobs (one line each) -------------------------------------------
-BLOCK_M = 64
-BLOCK_N = 64
+BLOCK_M = 128
+BLOCK_N = 128
 BLOCK_K = 64
 GROUP_M = 8
 NUM_WARPS = 4
@@ -51,23 +51,29 @@ def linear_gelu_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    m_ok = offs_m < M
-    n_ok = offs_n < N
-    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk   # (BLOCK_M, BLOCK_K)
-    w_ptrs = w_ptr + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn   # (BLOCK_K, BLOCK_N) = W^T tile
+    # Rows/columns past the edge wrap around (their results are never stored), so the
+    # loads inside the K loop only need the K-tail mask.
+    offs_xm = offs_m % M
+    offs_wn = offs_n % N
+    x_ptrs = x_ptr + offs_xm[:, None] * stride_xm + offs_k[None, :] * stride_xk   # (BLOCK_M, BLOCK_K)
+    w_ptrs = w_ptr + offs_k[:, None] * stride_wk + offs_wn[None, :] * stride_wn   # (BLOCK_K, BLOCK_N) = W^T tile
 
+    x_step = BLOCK_K * stride_xk
+    w_step = BLOCK_K * stride_wk
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
         k_ok = offs_k < K - k
-        a = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        bt = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        a = tl.load(x_ptrs, mask=k_ok[None, :], other=0.0)
+        bt = tl.load(w_ptrs, mask=k_ok[:, None], other=0.0)
         if DOT_FP32:
             a = a.to(tl.float32)
             bt = bt.to(tl.float32)
         acc = tl.dot(a, bt, acc, input_precision=DOT_PRECISION)
-        x_ptrs += BLOCK_K * stride_xk
-        w_ptrs += BLOCK_K * stride_wk
+        x_ptrs += x_step
+        w_ptrs += w_step
 
+    m_ok = offs_m < M
+    n_ok = offs_n < N
     bias = tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)
     z = acc + bias[None, :]
     u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
