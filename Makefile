@@ -1,0 +1,31 @@
+# kernelwright: two commands after cloning.
+#   make demo   set up, then verify the bundled softmax example's seed kernel (CPU: Triton's interpreter)
+#   make test   set up, then run the test suite (CPU only; GPU tests: make test-gpu on a GPU host)
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.kernelwright-installed
+
+.PHONY: setup demo test test-gpu clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kernelwright eval examples/softmax/problem.py examples/softmax/seed.py
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu
+
+clean:
+	rm -rf $(VENV) .pytest_cache
