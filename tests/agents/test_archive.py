@@ -1,0 +1,129 @@
+"""The archive's decisions: admission against the noise band, elites, niches, parent selection, stopping."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kernelwright.agents.archive import (
+    Archive, Outcome, admit, cell_of, seed, select_parents, stop_reason, was_tried_and_failed,
+)
+
+
+def outcome(cid: str, speedup: float | None = 1.0, *, verdict: str = "pass", warps: int = 4, stages: int = 2,
+            band: float = 0.02, suspect: list[str] | None = None, frac: float | None = None) -> Outcome:
+    return Outcome(child_id=cid, verdict=verdict, reason="ok" if verdict == "pass" else "wrong_output",
+                   speedup_vs_eager=speedup, noise_band=band, suspect=suspect or [], fraction_of_floor=frac,
+                   kernels=[{"name": "k", "launches": 20, "compiled": {"num_warps": warps, "num_stages": stages,
+                                                                        "shared_bytes": 1024}}],
+                   bound="memory")
+
+
+@pytest.fixture
+def base() -> Archive:
+    return seed(Archive(), outcome("seed", 1.0))
+
+
+def test_seed_must_be_verified() -> None:
+    with pytest.raises(ValueError, match="not verified"):
+        seed(Archive(), outcome("s", verdict="fail"))
+
+
+def test_a_real_gain_becomes_the_best(base: Archive) -> None:
+    arch, step = admit(base, "seed", "num_warps=8", outcome("c1", 1.30))
+    assert step.decision == "elite" and arch.best.id == "c1"
+    assert step.delta == pytest.approx(0.30)
+    assert arch.entries["c1"].parent_id == "seed" and arch.entries["c1"].generation == 1
+    assert base.best.id == "seed", "admit must not mutate its input"
+
+
+def test_a_gain_inside_the_noise_band_is_no_gain(base: Archive) -> None:
+    arch, step = admit(base, "seed", "BLOCK_N=4096", outcome("c1", 1.015, band=0.02))
+    assert step.decision == "rejected" and "noise band" in step.why
+    assert "c1" not in arch.entries
+    assert was_tried_and_failed(arch, "seed", "BLOCK_N=4096")
+
+
+def test_a_noise_level_child_in_an_empty_niche_is_kept_as_a_niche(base: Archive) -> None:
+    arch, step = admit(base, "seed", "num_stages=4", outcome("c1", 1.0, stages=4))
+    assert step.decision == "niche"
+    assert "c1" in arch.niches.values() and arch.elites == ["seed"]
+
+
+@pytest.mark.parametrize("bad", [
+    outcome("c1", 3.0, verdict="fail"),
+    outcome("c1", 30.0, suspect=["more than 10x faster than eager"]),
+    None,
+])
+def test_wrong_suspect_or_missing_children_are_rejected_and_remembered(base: Archive, bad: Outcome | None) -> None:
+    arch, step = admit(base, "seed", "p", bad)
+    assert step.decision == "rejected"
+    assert arch.entries.keys() == {"seed"}
+    assert was_tried_and_failed(arch, "seed", "p") and not was_tried_and_failed(arch, "seed", "q")
+    assert len(arch.steps) == 1 and arch.steps[0].parent_id == "seed"
+
+
+def test_slower_children_are_rejected(base: Archive) -> None:
+    _, step = admit(base, "seed", "p", outcome("c1", 0.7, warps=8))
+    assert step.decision == "rejected" and "slower" in step.why
+
+
+def test_elites_are_ranked_and_bounded(base: Archive) -> None:
+    arch = base.model_copy(update={"elite_size": 3})
+    for i, s in enumerate([1.2, 1.5, 1.3, 1.8]):
+        arch, _ = admit(arch, "seed", f"p{i}", outcome(f"c{i}", s, warps=8))
+    assert arch.elites == ["c3", "c1", "c2"]
+
+
+def test_a_better_kernel_takes_over_its_niche(base: Archive) -> None:
+    arch, _ = admit(base, "seed", "a", outcome("c1", 1.2, warps=8))
+    arch, _ = admit(arch, "c1", "b", outcome("c2", 1.5, warps=8))
+    cell = "/".join(map(str, cell_of(outcome("x", warps=8).kernels, "memory")))
+    assert arch.niches[cell] == "c2"
+
+
+def test_duplicate_children_are_not_admitted_twice(base: Archive) -> None:
+    arch, _ = admit(base, "seed", "a", outcome("c1", 1.2, warps=8))
+    arch, step = admit(arch, "seed", "b", outcome("c1", 1.2, warps=8))
+    assert step.decision == "rejected" and step.reason == "duplicate"
+
+
+def test_parent_selection_exploits_and_explores(base: Archive) -> None:
+    arch = base
+    for i, (s, w) in enumerate([(1.5, 8), (1.2, 16), (1.0, 2)]):
+        arch, _ = admit(arch, "seed", f"p{i}", outcome(f"c{i}", s, warps=w, band=0.01))
+    # explore=0: pure exploitation, best first, no repeats while others exist
+    assert select_parents(arch, 2, random.Random(0), explore=0.0) == arch.elites[:2]
+    # explore=1: only niche occupants that are not elites
+    explorers = {i for i in arch.niches.values() if i not in arch.elites}
+    assert explorers, "the test needs a non-elite niche occupant"
+    picks = select_parents(arch, 1, random.Random(1), explore=1.0)
+    assert set(picks) <= explorers
+    # more slots than kernels: everyone gets picked, then repeats
+    many = select_parents(arch, 10, random.Random(2), explore=0.3)
+    assert len(many) == 10 and set(many) == set(arch.entries)
+
+
+def test_selection_needs_a_seeded_archive() -> None:
+    with pytest.raises(ValueError):
+        select_parents(Archive(), 1, random.Random(0))
+
+
+def test_stopping_on_plateau_and_roofline(base: Archive) -> None:
+    arch = base
+    for i in range(5):
+        arch, _ = admit(arch, "seed", f"p{i}", outcome(f"c{i}", 1.0, warps=4))
+    assert stop_reason(arch, plateau_steps=5) == "no improvement in the last 5 steps"
+    assert stop_reason(arch, plateau_steps=6) is None
+    arch, _ = admit(arch, "seed", "fast", outcome("fast", 2.0, warps=8, frac=0.95))
+    assert "roofline" in stop_reason(arch, plateau_steps=5, roofline_target=0.9)
+    assert stop_reason(arch, plateau_steps=50, roofline_target=None) is None
+
+
+def test_cells_separate_structurally_different_kernels() -> None:
+    a = cell_of(outcome("a", warps=4).kernels, "memory")
+    b = cell_of(outcome("b", warps=8).kernels, "memory")
+    c = cell_of(outcome("c", warps=4).kernels, "compute")
+    assert len({a, b, c}) == 3
+    assert cell_of([], None) == (-1, -1, -1, "?")
