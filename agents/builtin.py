@@ -1,0 +1,124 @@
+"""The builtin (no-model) policies of the analyst and the strategist.
+
+The analyst classifies the bottleneck from what the verifier measured: roofline position, the compiled
+kernels' resources and, when present, Nsight Compute's speed-of-light and occupancy. The strategist picks
+one move from the catalog in `moves.py`: moves that suit the diagnosis come first, moves of a kind that
+paid off on this lineage rank higher, and a move that already failed on this parent is never proposed.
+Pure functions: the inputs are plain dicts and models, the randomness is an explicit `random.Random`.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from typing import Any
+
+from .moves import Move, catalog
+from .schemas import Bottleneck, Diagnosis, Proposal
+
+LATENCY_MS = 0.02
+"""A kernel faster than this and far from its floor is limited by launch and latency, not throughput."""
+
+
+def diagnose(timing: dict[str, Any] | None, kernels: list[dict[str, Any]],
+             ncu: list[dict[str, Any]] | None = None) -> Diagnosis:
+    """Classify what limits the parent. `ncu` is a list of {"metrics": {...}} per profiled kernel."""
+    evidence: list[str] = []
+    spills = [(k["name"], k.get("compiled", {}).get("spills", 0)) for k in kernels if k.get("compiled", {}).get("spills")]
+    if spills:
+        evidence += [f"{name}: {n} register spills" for name, n in spills]
+        return Diagnosis(bottleneck="spills", evidence=evidence, headroom=_headroom(timing),
+                         summary="Registers spill to local memory; smaller tiles or more warps should remove it.")
+    if not timing:
+        return Diagnosis(bottleneck="unknown", evidence=["no GPU timing (CPU mode)"], headroom=None,
+                         summary="Nothing was measured on a GPU; any knob move is a guess.")
+    frac = timing.get("fraction_of_floor")
+    bound = timing.get("bound")
+    med = timing.get("median_ms")
+    if frac is not None:
+        evidence.append(f"{frac:.0%} of the {bound}-bound roofline floor ({timing.get('floor_ms', 0):.4g} ms)")
+    if med is not None:
+        evidence.append(f"median {med:.4g} ms")
+    m = (ncu or [{}])[0].get("metrics", {}) if ncu else {}
+    kind: Bottleneck
+    if m:
+        mem, comp, occ = m.get("memory_sol_pct"), m.get("compute_sol_pct"), m.get("achieved_occupancy_pct")
+        evidence += [f"{label} {v:.0f}%" for label, v in (("memory SOL", mem), ("compute SOL", comp),
+                                                         ("achieved occupancy", occ)) if v is not None]
+        if occ is not None and occ < 25 and (mem or 0) < 60 and (comp or 0) < 60:
+            kind = "occupancy"
+        elif (mem or 0) >= 60 and (mem or 0) >= (comp or 0):
+            kind = "memory"
+        elif (comp or 0) >= 60:
+            kind = "compute"
+        else:
+            kind = "latency"
+    elif med is not None and med < LATENCY_MS and (frac or 0) < 0.5:
+        kind = "latency"
+    else:
+        kind = "memory" if bound == "memory" else "compute" if bound == "compute" else "unknown"
+    summaries = {
+        "memory": "Bandwidth-bound: more bytes in flight (larger tiles, deeper pipelining) should help.",
+        "compute": "Compute-bound: more warps, deeper pipelining or better grouping should help.",
+        "latency": "Too little work in flight per launch: smaller tiles (more programs) or fewer warps per program.",
+        "occupancy": "Occupancy is low: smaller tiles or fewer stages free registers and shared memory.",
+        "unknown": "No clear limit from the measurements.",
+        "spills": "",
+    }
+    return Diagnosis(bottleneck=kind, evidence=evidence, headroom=_headroom(timing), summary=summaries[kind])
+
+
+def _headroom(timing: dict[str, Any] | None) -> float | None:
+    frac = (timing or {}).get("fraction_of_floor")
+    return None if frac is None else max(0.0, 1.0 - min(frac, 1.0))
+
+
+def move_kind(move: Move) -> str:
+    """A move's kind for lineage statistics: category and direction, e.g. 'tiling+' or 'warps-'."""
+    return f"{move.category}{'+' if move.new > move.old else '-'}"
+
+
+def _prior(move: Move, bottleneck: Bottleneck) -> float:
+    up = move.new > move.old
+    table: dict[str, dict[str, float]] = {
+        "memory": {"tiling+": 2, "pipelining+": 2, "warps+": 1},
+        "compute": {"warps+": 2, "pipelining+": 2, "grouping+": 1, "tiling+": 1},
+        "latency": {"tiling-": 2, "warps-": 1, "pipelining-": 1},
+        "occupancy": {"tiling-": 2, "pipelining-": 2, "warps+": 1},
+        "spills": {"tiling-": 3, "warps+": 2, "pipelining-": 1},
+        "unknown": {},
+    }
+    return table[bottleneck].get(f"{move.category}{'+' if up else '-'}", 0.0)
+
+
+def propose(source: str, diagnosis: Diagnosis, lineage_gains: dict[str, list[float]], failed: set[str],
+            rng: random.Random) -> Proposal | None:
+    """One move for this parent, or None when every move has been tried and failed.
+
+    `lineage_gains` maps a move kind (see `move_kind`) to the measured gains (child/parent - 1) of earlier
+    steps of that kind on this lineage."""
+    moves = [m for m in catalog(source) if m.key not in failed]
+    if not moves:
+        return None
+
+    def score(m: Move) -> tuple[float, float]:
+        gains = lineage_gains.get(move_kind(m), [])
+        learned = statistics.fmean(gains) * 10 if gains else 0.0
+        return (_prior(m, diagnosis.bottleneck) + learned, rng.random())
+
+    best = max(moves, key=score)
+    gains = lineage_gains.get(move_kind(best), [])
+    predicted = 1 + max(0.02, statistics.fmean(gains) if gains else 0.05 * (1 + _prior(best, diagnosis.bottleneck)))
+    return Proposal(category=best.category, what=best.what,
+                    why=f"{diagnosis.bottleneck} bottleneck: {diagnosis.summary}"
+                        + (f" Moves of this kind changed time by {statistics.fmean(gains):+.1%} on this lineage."
+                           if gains else ""),
+                    predicted_speedup=round(predicted, 3), risk="low", key=best.key)
+
+
+def move_for(source: str, proposal: Proposal) -> Move:
+    """The catalog move a builtin proposal names (the coder applies it)."""
+    for m in catalog(source):
+        if m.key == proposal.key:
+            return m
+    raise KeyError(f"the proposal {proposal.key!r} does not apply to this source")

@@ -1,0 +1,93 @@
+"""The builtin policy: knob discovery and rewriting, bottleneck classification, move choice."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from kernelwright.agents.builtin import diagnose, move_for, move_kind, propose
+from kernelwright.agents.moves import Move, apply, catalog, knobs
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = (ROOT / "examples" / "softmax" / "seed.py").read_text()
+
+
+def test_knobs_are_the_module_level_integer_constants() -> None:
+    found = knobs(SEED)
+    assert {"BLOCK_M", "BLOCK_N", "NUM_WARPS", "NUM_STAGES"} <= found.keys()
+    src = "X = 1.5\nlower = 3\nBLOCK = True\nK = 4\ndef f():\n    INNER = 2\n"
+    assert set(knobs(src)) == {"K"}
+    assert knobs("def (") == {}
+
+
+def test_catalog_offers_legal_neighbours_only() -> None:
+    src = "BLOCK_N = 1024\nNUM_WARPS = 32\nNUM_STAGES = 1\nGROUP_M = 8\nOTHER = 3\n"
+    moves = {(m.knob, m.new) for m in catalog(src)}
+    assert moves == {("BLOCK_N", 512), ("BLOCK_N", 2048), ("NUM_WARPS", 16), ("NUM_STAGES", 2),
+                     ("GROUP_M", 4), ("GROUP_M", 16)}
+
+
+def test_apply_rewrites_exactly_one_line() -> None:
+    move = Move("BLOCK_N", 2048, 4096, "tiling")
+    out = apply(SEED, move)
+    diff = [(a, b) for a, b in zip(SEED.splitlines(), out.splitlines()) if a != b]
+    assert len(diff) == 1 and diff[0][1].startswith("BLOCK_N = 4096")
+    assert knobs(out)["BLOCK_N"].value == 4096
+    with pytest.raises(ValueError):
+        apply(out, move)  # the knob no longer has the old value
+    with pytest.raises(KeyError):
+        apply(SEED, Move("NOPE", 1, 2, "other"))
+
+
+def test_spills_come_first() -> None:
+    d = diagnose({"fraction_of_floor": 0.9, "bound": "memory"},
+                 [{"name": "k", "launches": 3, "compiled": {"spills": 12}}])
+    assert d.bottleneck == "spills" and "12 register spills" in d.evidence[0]
+
+
+def test_without_timing_the_diagnosis_is_unknown() -> None:
+    assert diagnose(None, []).bottleneck == "unknown"
+
+
+@pytest.mark.parametrize("metrics, expected", [
+    ({"memory_sol_pct": 85, "compute_sol_pct": 20, "achieved_occupancy_pct": 60}, "memory"),
+    ({"memory_sol_pct": 30, "compute_sol_pct": 80, "achieved_occupancy_pct": 60}, "compute"),
+    ({"memory_sol_pct": 30, "compute_sol_pct": 20, "achieved_occupancy_pct": 12}, "occupancy"),
+    ({"memory_sol_pct": 35, "compute_sol_pct": 20, "achieved_occupancy_pct": 50}, "latency"),
+])
+def test_ncu_metrics_decide_the_bottleneck(metrics: dict, expected: str) -> None:
+    timing = {"fraction_of_floor": 0.5, "bound": "memory", "median_ms": 0.1, "floor_ms": 0.05}
+    d = diagnose(timing, [{"name": "k"}], [{"metrics": metrics}])
+    assert d.bottleneck == expected
+    assert d.headroom == pytest.approx(0.5)
+    assert any("SOL" in e for e in d.evidence)
+
+
+def test_small_kernels_far_from_the_floor_are_latency_bound() -> None:
+    assert diagnose({"fraction_of_floor": 0.1, "bound": "memory", "median_ms": 0.013}, []).bottleneck == "latency"
+    assert diagnose({"fraction_of_floor": 0.6, "bound": "memory", "median_ms": 0.5}, []).bottleneck == "memory"
+
+
+def test_proposals_follow_the_diagnosis_and_skip_failed_moves() -> None:
+    src = "BLOCK_N = 1024\nNUM_WARPS = 4\nNUM_STAGES = 2\n"
+    spills = diagnose(None, [{"name": "k", "compiled": {"spills": 4}}])
+    p = propose(src, spills, {}, set(), random.Random(0))
+    assert p is not None and p.key == "BLOCK_N=512"
+    p2 = propose(src, spills, {}, {"BLOCK_N=512"}, random.Random(0))
+    assert p2 is not None and p2.key == "NUM_WARPS=8"
+    everything = {m.key for m in catalog(src)}
+    assert propose(src, spills, {}, everything, random.Random(0)) is None
+
+
+def test_lineage_gains_steer_the_choice() -> None:
+    src = "BLOCK_N = 1024\nNUM_WARPS = 4\nNUM_STAGES = 2\n"
+    unknown = diagnose(None, [])
+    gains = {"warps-": [0.2, 0.3], "tiling+": [-0.1]}
+    p = propose(src, unknown, gains, set(), random.Random(0))
+    assert p is not None and p.key == "NUM_WARPS=2"
+    assert p.predicted_speedup == pytest.approx(1.25)
+    assert move_kind(move_for(src, p)) == "warps-"
+    with pytest.raises(KeyError):
+        move_for("X = 1\n", p)
