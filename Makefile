@@ -1,5 +1,5 @@
 # kernelwright: two commands after cloning.
-#   make demo   set up, then verify the bundled softmax example's seed kernel (CPU: Triton's interpreter)
+#   make demo   set up, then run the optimization loop (builtin policy) on the bundled softmax example
 #   make test   set up, then run the test suite (CPU only; GPU tests: make test-gpu on a GPU host)
 PYTHON ?= python3
 VENV ?= .venv
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/kernelwright eval examples/softmax/problem.py examples/softmax/seed.py
+	$(BIN)/kernelwright optimize examples/softmax/problem.py --seed-kernel examples/softmax/seed.py --iterations 2 --branches 2
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -64,6 +64,7 @@ class Step(BaseModel):
     """The step tuple: parent, change, child, measured delta, and what the archive decided."""
 
     step: int
+    step_id: str | None = Field(default=None, description="the graph's id for the step (g<generation>b<branch>)")
     parent_id: str
     proposal_key: str
     child_id: str | None
@@ -134,7 +135,8 @@ def _entry(outcome: Outcome, parent: Entry | None, generation: int, proposal_key
                  noise_band=outcome.noise_band, cell=cell_of(outcome.kernels, outcome.bound), proposal_key=proposal_key)
 
 
-def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome | None) -> tuple[Archive, Step]:
+def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome | None,
+          step_id: str | None = None) -> tuple[Archive, Step]:
     """Record one step and decide whether the child joins the archive.
 
     `outcome` is None when no child was produced (the coder gave up). Returns the new archive and the step."""
@@ -146,7 +148,7 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
         new.failed.setdefault(parent_id, [])
         if proposal_key not in new.failed[parent_id]:
             new.failed[parent_id].append(proposal_key)
-        step = Step(step=n, parent_id=parent_id, proposal_key=proposal_key, child_id=outcome.child_id if outcome else None,
+        step = Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key, child_id=outcome.child_id if outcome else None,
                     verdict=verdict, reason=reason, delta=delta, decision="rejected", why=why)
         new.steps.append(step)
         return new, step
@@ -159,6 +161,9 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
         return reject(f"timing flagged as suspect: {'; '.join(outcome.suspect)}", "suspect", "pass")
     if outcome.child_id in new.entries:
         return reject("identical to a kernel already in the archive", "duplicate", "pass")
+    if outcome.speedup_vs_eager is None:
+        return reject("verified correct but not timed (CPU mode runs Triton's interpreter): there is no measured "
+                      "gain to admit it on", "untimed", "pass")
     child = _entry(outcome, parent, parent.generation + 1, proposal_key)
     delta = child.score / parent.score - 1 if parent.score > 0 else math.inf
     band = max(outcome.noise_band, parent.noise_band)
@@ -169,7 +174,7 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
             # Not faster, but structurally new and no slower: it opens a niche.
             new.entries[child.id] = child
             new.niches[key] = child.id
-            step = Step(step=n, parent_id=parent_id, proposal_key=proposal_key, child_id=child.id, verdict="pass",
+            step = Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key, child_id=child.id, verdict="pass",
                         reason="ok", delta=delta, decision="niche",
                         why=f"within the noise band ({delta:+.1%}, band ±{band:.1%}) but fills the empty niche {key}")
             new.steps.append(step)
@@ -181,7 +186,7 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
         new.niches[key] = child.id
     ranked = sorted(set(new.elites) | {child.id}, key=lambda i: -new.entries[i].score)
     new.elites = ranked[: new.elite_size]
-    step = Step(step=n, parent_id=parent_id, proposal_key=proposal_key, child_id=child.id, verdict="pass", reason="ok",
+    step = Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key, child_id=child.id, verdict="pass", reason="ok",
                 delta=delta, decision="elite", why=f"{delta:+.1%} over its parent (noise band ±{band:.1%})")
     new.steps.append(step)
     return new, step

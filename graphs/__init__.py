@@ -1,1 +1,1 @@
-"""kernelwright.graphs — see DESIGN.md; not built yet."""
+"""The state schema and the LangGraph graphs (`optimize.py`). Knows agents; never the CLI."""

@@ -16,7 +16,13 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+try:  # typer >= 0.2x vendors click and raises its own exceptions; older typer uses click's
+    from typer import TyperException as _ParseError
+except ImportError:  # pragma: no cover
+    from click import ClickException as _ParseError
 
 app = typer.Typer(
     name="kernelwright",
@@ -44,13 +50,17 @@ class PrecisionOpt(str, Enum):
 
 
 def _usage_error(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
+    # escape: the message quotes problem/candidate text, which may look like rich markup ("[/x]");
+    # soft_wrap: the one sentence stays one line when stderr is not a terminal.
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(2)
 
 
 def _json_error(message: str) -> None:
     """--json still means exactly one JSON object on stdout, also for errors."""
-    sys.stdout.write(json.dumps({"verdict": "error", "reason": "usage_error", "detail": message}) + "\n")
+    sys.stdout.write(json.dumps({"verdict": "error", "reason": "usage_error", "detail": message, "rule": None,
+                                 "checks": [], "max_rel_error": None, "tolerance": None, "timing": None,
+                                 "timing_unavailable": "nothing was evaluated", "phases": {}}) + "\n")
 
 
 @app.callback()
@@ -103,9 +113,95 @@ def profile_cmd(
         sys.stdout.write(prof.model_dump_json() + "\n")
     else:
         colour = "green" if prof.verdict == "pass" else "red"
-        out.print(f"[bold {colour}]{prof.verdict.upper()}[/] [dim]{prof.reason}[/]  {candidate} on {problem}")
+        out.print(f"[bold {colour}]{prof.verdict.upper()}[/] [dim]{prof.reason}[/]  {escape(str(candidate))} on "
+                  f"{escape(str(problem))}")
         out.print(prof.text, markup=False, highlight=False)
     raise typer.Exit(0 if prof.verdict == "pass" else 1)
+
+
+@app.command("optimize")
+def optimize_cmd(
+    problem: Annotated[Optional[Path], typer.Argument(help="problem file (KernelBench format); omit with --resume")] = None,
+    seed_kernel: Annotated[Optional[Path], typer.Option("--seed-kernel", help="a working candidate to start from")] = None,
+    model: Annotated[str, typer.Option(help="builtin (no model) or provider:model")] = "builtin",
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (vLLM, SGLang, Ollama)")] = None,
+    role_model: Annotated[Optional[list[str]], typer.Option("--role-model", help="ROLE=provider:model, per role")] = None,
+    iterations: Annotated[int, typer.Option(min=1, help="candidate children to evaluate in all")] = 8,
+    time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="wall-time budget, e.g. 90s, 30m, 8h")] = None,
+    branches: Annotated[int, typer.Option(min=1, max=64, help="parents per generation (parallel branches)")] = 2,
+    device: Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N (default: cuda when a GPU is present)")] = None,
+    precision: Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract")] = None,
+    trials: Annotated[int, typer.Option(min=1, max=100, help="verifier trials per input family")] = 5,
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
+    resume: Annotated[Optional[str], typer.Option("--resume", help="continue the run with this id")] = None,
+) -> None:
+    """Improve a kernel step by step: analyst, strategist, coder, verifier, archive."""
+    from kernelwright import optimize as opt
+
+    try:
+        summary = opt.run_optimize(
+            problem=problem, seed_kernel=seed_kernel, model=model, base_url=base_url, role_models=role_model or [],
+            iterations=iterations, time_budget=time_budget, branches=branches, device=device,
+            precision=precision.value if precision else None, trials=trials, run_dir=run_dir, resume=resume,
+            console=out,
+        )
+    except opt.UsageError as e:
+        raise _usage_error(str(e)) from None
+    out.print(f"run [bold]{summary.run_id}[/]: {summary.status} ({summary.stop_reason})")
+    if summary.best_path:
+        speed = f", {summary.best_speedup:.2f}× eager" if summary.best_speedup else ""
+        out.print(f"best kernel: {summary.best_path}{speed}")
+    raise typer.Exit(0 if summary.best_path else 1)
+
+
+@app.command("runs")
+def runs_cmd(run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs")) -> None:
+    """List runs: id, problem, status, steps, best speedup."""
+    from kernelwright.runstore import RunStore
+
+    table = Table(box=None, header_style="bold")
+    for col in ("id", "problem", "status", "steps", "best speedup"):
+        table.add_column(col)
+    for info in RunStore(run_dir).list():
+        table.add_row(info.id, info.problem, info.status, str(info.steps),
+                      f"{info.best_speedup:.2f}×" if info.best_speedup else "-")
+    out.print(table)
+
+
+@app.command("trace")
+def trace_cmd(
+    run_id: Annotated[str, typer.Argument(help="the run's id (see kernelwright runs)")],
+    step: Annotated[Optional[int], typer.Option(help="only this step")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line, one line per step")] = False,
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
+) -> None:
+    """Print a run's step records: diagnosis, proposal, diff, verdict, archive decision."""
+    from kernelwright.runstore import RunError, RunStore
+
+    try:
+        records = RunStore(run_dir).open(run_id).trace()
+    except RunError as e:
+        raise _fail(str(e), as_json) from None
+    records = [r for r in records if step is None or r.get("step") == step]
+    for r in records:
+        if as_json:
+            sys.stdout.write(json.dumps(r, default=str) + "\n")
+            continue
+        d = r.get("decision") or {}
+        p = r.get("proposal") or {}
+        diag = r.get("diagnosis") or {}
+        out.print(f"[bold]step {r.get('step')}[/] ({r.get('step_id')}) parent {r.get('parent')} -> child {r.get('child')}")
+        out.print(f"  diagnosis: {diag.get('bottleneck')}: {diag.get('summary', '')}", markup=False)
+        if diag.get("evidence"):
+            out.print(f"  evidence: {'; '.join(diag['evidence'])}", markup=False)
+        out.print(f"  proposal: {p.get('what', '-')} (predicted {p.get('predicted_speedup', '-')}x): {p.get('why', '')}",
+                  markup=False)
+        res = r.get("result") or {}
+        out.print(f"  verifier: {r.get('verdict')} {res.get('reason', '')}", markup=False)
+        out.print(f"  archive: {d.get('decision')}: {d.get('why', '')}", markup=False)
+        diff = (r.get("coder") or {}).get("diff")
+        if diff:
+            out.print(diff.rstrip(), markup=False, highlight=False)
 
 
 def _fail(message: str, as_json: bool) -> typer.Exit:
@@ -145,7 +241,7 @@ def _evaluate(problem: Path, candidate: Path, device: str | None, precision: Pre
 
 def _print_result(result, problem: str, candidate: str) -> None:  # type: ignore[no-untyped-def]
     colour = "green" if result.passed else "red"
-    out.print(f"[bold {colour}]{result.verdict.upper()}[/] [dim]{result.reason}[/]  {candidate} on {problem} "
+    out.print(f"[bold {colour}]{result.verdict.upper()}[/] [dim]{result.reason}[/]  {escape(candidate)} on {escape(problem)} "
               f"({result.device}, {result.precision})")
     if result.detail:
         out.print(result.detail, markup=False, highlight=False)
@@ -157,13 +253,13 @@ def _print_result(result, problem: str, candidate: str) -> None:  # type: ignore
     table.add_column("detail", overflow="fold")
     for c in result.checks:
         style = {"pass": "green", "fail": "red", "skip": "yellow", "info": "cyan"}[c.outcome]
-        table.add_row(c.name, f"[{style}]{c.outcome}[/]", c.detail)
+        table.add_row(c.name, f"[{style}]{c.outcome}[/]", escape(c.detail))
     out.print(table)
     for flag in result.problem_flags:
-        out.print(f"[yellow]problem flag:[/] {flag}")
+        out.print(f"[yellow]problem flag:[/] {escape(flag)}")
     t = result.timing
     if t is None:
-        out.print(f"[dim]timing: unavailable ({result.timing_unavailable})[/]")
+        out.print(f"[dim]timing: unavailable ({escape(str(result.timing_unavailable))})[/]")
     else:
         line = (f"time {t['median_ms']:.4g} ms (p25 {t['p25_ms']:.4g} – p75 {t['p75_ms']:.4g}, {t['reps']} reps); "
                 f"eager {t['eager_ms']:.4g} ms → {t['speedup_vs_eager']:.2f}× ({t['vs_eager']})")
@@ -174,14 +270,23 @@ def _print_result(result, problem: str, candidate: str) -> None:  # type: ignore
             out.print(f"roofline floor {t['floor_ms']:.4g} ms ({t['bound']}-bound): {t['fraction_of_floor']:.0%} of the floor",
                       markup=False, highlight=False)
         for flag in t.get("suspect", []):
-            out.print(f"[bold yellow]suspect:[/] {flag}")
+            out.print(f"[bold yellow]suspect:[/] {escape(flag)}")
     phases = ", ".join(f"{k} {v:.2f}" for k, v in result.phases.items())
     out.print(f"[dim]phases (s): {phases}[/]")
 
 
 def main() -> None:
     try:
-        app()
+        if "--json" not in sys.argv[1:]:
+            app()
+            return
+        # --json: exactly one JSON object on stdout, also when the option parser rejects the command line.
+        try:
+            code = app(standalone_mode=False)
+        except _ParseError as e:
+            _json_error(e.format_message())
+            sys.exit(e.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -1,1 +1,1 @@
-"""kernelwright.tools — see DESIGN.md; not built yet."""
+"""The functions the roles call: evaluation with a per-run verdict cache (`evaluation.py`). Knows evaluators and the run store."""

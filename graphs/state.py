@@ -1,0 +1,70 @@
+"""The optimization graph's state and run-time context.
+
+State holds ids and small summaries only (kernel hashes, the archive's numbers, one result summary per
+branch); sources, evaluations and transcripts live in the run directory (`kernelwright.runstore`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict
+
+
+def merge_results(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Branch results of the current generation: branches append; the archive node clears with None."""
+    if right is None:
+        return []
+    return (left or []) + right
+
+
+class OptimizeState(TypedDict, total=False):
+    run_dir: str
+    """the run directory; everything large lives there"""
+    archive: dict[str, Any]
+    """`agents.archive.Archive` as a dict (replaced whole by the archive node)"""
+    generation: int
+    """generations started so far"""
+    parents: list[str]
+    """kernel hashes chosen as parents of the current generation"""
+    results: Annotated[list[dict[str, Any]], merge_results]
+    """one summary per branch of the current generation (see `merge_results`)"""
+    stop: str | None
+    """why the run stopped, once it has"""
+
+
+class BranchState(TypedDict, total=False):
+    run_dir: str
+    step_id: str
+    """g<generation>b<branch>: stable across a resume, so a replayed step is recognised"""
+    generation: int
+    branch: int
+    parent: str
+    lineage_gains: dict[str, list[float]]
+    failed: list[str]
+    diagnosis: dict[str, Any] | None
+    proposal: dict[str, Any] | None
+    child: str | None
+    coder: dict[str, Any]
+    results: Annotated[list[dict[str, Any]], merge_results]
+
+
+class BranchOutput(TypedDict):
+    results: Annotated[list[dict[str, Any]], merge_results]
+
+
+@dataclass(kw_only=True)
+class Context:
+    """How a run is configured (`kernelwright optimize` flags); not checkpointed, given again on resume."""
+
+    device: str = "cpu"
+    precision: str | None = None
+    branches: int = 2
+    iterations: int = 8
+    """candidate children to evaluate in all"""
+    time_budget_s: float | None = None
+    plateau_steps: int = 20
+    roofline_target: float | None = 0.9
+    trials: int = 5
+    model: str = "builtin"
+    seed: int = 0
+    explore: float = 0.25

@@ -1,0 +1,188 @@
+"""The run directory: everything a run produced, outside the graph state.
+
+    runs/<id>/run.json          what was asked (problem, config) and where it stands (status, best)
+    runs/<id>/problem.py        the problem's source as it was when the run started
+    runs/<id>/kernels/<h>.py    every kernel source, content-addressed (sha256, 16 hex digits)
+    runs/<id>/evals/<h>.json    the verifier's result for that kernel (so no kernel is ever judged twice)
+    runs/<id>/trace.jsonl       one complete record per step, appended once per step id
+    runs/<id>/checkpoints.sqlite  LangGraph checkpoints
+
+State in the graph holds ids and small summaries; sources, results and transcripts live here, so
+checkpoints stay small over thousands of steps. Writes are atomic (write to a temporary file, rename).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class RunError(Exception):
+    """A run that does not exist or cannot be used; the message is one sentence."""
+
+
+class RunInfo(BaseModel):
+    id: str
+    problem: str
+    status: str = "created"
+    created: str = ""
+    updated: str = ""
+    steps: int = 0
+    best_kernel: str | None = None
+    best_speedup: float | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    stop_reason: str | None = None
+
+
+def kernel_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class Run:
+    """One run directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        (path / "kernels").mkdir(parents=True, exist_ok=True)
+        (path / "evals").mkdir(exist_ok=True)
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / "checkpoints.sqlite"
+
+    # -- metadata -------------------------------------------------------------------------------------
+
+    def info(self) -> RunInfo:
+        try:
+            return RunInfo.model_validate_json((self.path / "run.json").read_text())
+        except (OSError, ValueError) as e:
+            raise RunError(f"{self.path}: run.json is missing or unreadable ({e})") from e
+
+    def update(self, **fields: Any) -> RunInfo:
+        with self._lock:
+            info = self.info().model_copy(update={**fields, "updated": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            _atomic_write(self.path / "run.json", info.model_dump_json(indent=1))
+            return info
+
+    def created_at(self) -> float:
+        return time.mktime(time.strptime(self.info().created, "%Y-%m-%dT%H:%M:%S"))
+
+    def problem_source(self) -> str:
+        return (self.path / "problem.py").read_text()
+
+    # -- kernels and evaluations ----------------------------------------------------------------------
+
+    def put_kernel(self, source: str) -> str:
+        h = kernel_hash(source)
+        path = self.path / "kernels" / f"{h}.py"
+        if not path.exists():
+            _atomic_write(path, source)
+        return h
+
+    def kernel(self, h: str) -> str:
+        try:
+            return (self.path / "kernels" / f"{h}.py").read_text()
+        except OSError as e:
+            raise RunError(f"run {self.id} has no kernel {h}") from e
+
+    def kernel_path(self, h: str) -> Path:
+        return self.path / "kernels" / f"{h}.py"
+
+    def put_eval(self, h: str, result: dict[str, Any]) -> None:
+        _atomic_write(self.path / "evals" / f"{h}.json", json.dumps(result))
+
+    def eval(self, h: str) -> dict[str, Any] | None:
+        path = self.path / "evals" / f"{h}.json"
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            return None
+
+    def put_blob(self, kind: str, name: str, text: str) -> Path:
+        folder = self.path / kind
+        folder.mkdir(exist_ok=True)
+        path = folder / name
+        _atomic_write(path, text)
+        return path
+
+    # -- the trace ------------------------------------------------------------------------------------
+
+    def trace(self) -> list[dict[str, Any]]:
+        path = self.path / "trace.jsonl"
+        if not path.exists():
+            return []
+        records = []
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut short by a kill: the step will be written again
+        return records
+
+    def append_step(self, record: dict[str, Any]) -> bool:
+        """Append a step record unless one with the same `step_id` is already there (a resumed run may
+        replay the node that wrote it). Returns whether it was written."""
+        with self._lock:
+            if any(r.get("step_id") == record["step_id"] for r in self.trace()):
+                return False
+            with open(self.path / "trace.jsonl", "a") as f:
+                f.write(json.dumps(record, default=str) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            return True
+
+
+class RunStore:
+    """The folder holding run directories."""
+
+    def __init__(self, root: str | Path = "runs") -> None:
+        self.root = Path(root)
+
+    def create(self, problem_path: str, problem_source: str, config: dict[str, Any]) -> Run:
+        self.root.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run = Run(self.root / f"{stamp}-{secrets.token_hex(3)}")
+        _atomic_write(run.path / "problem.py", problem_source)
+        now = time.strftime("%Y-%m-%dT%H:%M:%S")
+        info = RunInfo(id=run.id, problem=problem_path, created=now, updated=now, config=config)
+        _atomic_write(run.path / "run.json", info.model_dump_json(indent=1))
+        return run
+
+    def open(self, run_id: str) -> Run:
+        path = self.root / run_id
+        if not (path / "run.json").exists():
+            raise RunError(f"no run {run_id!r} in {self.root}/")
+        return Run(path)
+
+    def list(self) -> list[RunInfo]:
+        if not self.root.is_dir():
+            return []
+        infos = []
+        for p in sorted(self.root.iterdir()):
+            if (p / "run.json").exists():
+                try:
+                    infos.append(Run(p).info())
+                except RunError:
+                    continue
+        return infos

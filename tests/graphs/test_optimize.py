@@ -1,0 +1,93 @@
+"""The optimization graph end to end on the CPU with the builtin policy: a run, its trace, and a run
+killed with SIGKILL mid-step and resumed, with every step recorded exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelwright.runstore import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEM = ROOT / "tests" / "gpu" / "add_problem.py"
+SEED = ROOT / "tests" / "graphs" / "add_seed.py"
+
+
+def optimize(run_dir: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernelwright.cli", "optimize", *extra, "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_a_builtin_run_records_every_step(tmp_path: Path) -> None:
+    p = optimize(tmp_path, str(PROBLEM), "--seed-kernel", str(SEED), "--iterations", "4", "--branches", "2",
+                 "--device", "cpu", "--trials", "1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    (info,) = RunStore(tmp_path).list()
+    assert info.status == "finished" and info.steps == 4
+    assert "best kernel:" in p.stdout and info.id in p.stdout
+    run = RunStore(tmp_path).open(info.id)
+    trace = run.trace()
+    assert [r["step_id"] for r in trace] == ["g1b0", "g1b1", "g2b0", "g2b1"]
+    for r in trace:
+        assert r["diagnosis"]["bottleneck"] and r["proposal"]["key"] and r["coder"]["diff"].startswith("---")
+        assert r["verdict"] == "pass" and r["decision"]["decision"] in {"elite", "niche", "rejected"}
+    # distinct proposals from the same parent; the best kernel is verified
+    assert len({r["proposal"]["key"] for r in trace if r["parent"] == trace[0]["parent"]}) == len(
+        [r for r in trace if r["parent"] == trace[0]["parent"]])
+    assert run.eval(info.best_kernel)["verdict"] == "pass"
+    lines = subprocess.run([sys.executable, "-m", "kernelwright.cli", "trace", info.id, "--json", "--run-dir",
+                            str(tmp_path)], capture_output=True, text=True, cwd=ROOT).stdout.splitlines()
+    assert [json.loads(x)["step_id"] for x in lines] == ["g1b0", "g1b1", "g2b0", "g2b1"]
+
+
+def test_usage_errors_are_one_sentence(tmp_path: Path) -> None:
+    p = optimize(tmp_path, str(PROBLEM), "--device", "cpu")
+    assert p.returncode == 2 and "--seed-kernel" in p.stderr and "Traceback" not in p.stderr
+    p = optimize(tmp_path, "--resume", "no-such-run")
+    assert p.returncode == 2 and "no run" in p.stderr
+    p = optimize(tmp_path, str(PROBLEM), "--seed-kernel", str(SEED), "--time-budget", "soon")
+    assert p.returncode == 2 and "duration" in p.stderr
+
+
+@pytest.mark.timeout(600)
+def test_sigkill_mid_step_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "kernelwright.cli", "optimize", str(PROBLEM), "--seed-kernel", str(SEED),
+           "--iterations", "6", "--branches", "2", "--device", "cpu", "--trials", "1", "--run-dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 240
+    run = None
+    while time.monotonic() < deadline:
+        runs = RunStore(tmp_path).list()
+        if runs:
+            run = RunStore(tmp_path).open(runs[0].id)
+            if len(run.trace()) >= 2:
+                break
+        time.sleep(0.05)
+    assert run is not None and len(run.trace()) >= 2, "the run did not get going"
+    os.killpg(proc.pid, signal.SIGKILL)  # mid-run: the next generation's branches are in flight
+    proc.wait(timeout=30)
+    before = [r["step_id"] for r in run.trace()]
+    assert len(before) < 6
+
+    p = optimize(tmp_path, "--resume", run.id)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ids = [r["step_id"] for r in run.trace()]
+    assert ids[: len(before)] == before, "recorded steps were rewritten"
+    assert sorted(ids) == ["g1b0", "g1b1", "g2b0", "g2b1", "g3b0", "g3b1"], ids
+    info = run.info()
+    assert info.status == "finished" and info.steps == 6
+    # every child kernel was judged and its verdict kept; the seed has 4 single-knob moves, and on the CPU
+    # no child is admitted (nothing is timed), so the last steps find every move from the seed tried
+    for r in run.trace():
+        if r["child"]:
+            assert run.eval(r["child"])["verdict"] == "pass"
+        else:
+            assert r["proposal"] is None and r["decision"]["why"] == "no child was produced"
+    assert sum(1 for r in run.trace() if r["child"]) == 4
