@@ -6,10 +6,10 @@ Knows torch and triton; nothing of agents or graphs. The public surface is below
 from .device import DeviceError, default_device, resolve_device
 from .evaluator import EvalPolicy, Evaluator
 from .pool import Limits, WorkerPool
-from .problem import Precision, Problem, ProblemError, load_problem
+from .problem import Precision, Problem, ProblemError, load_problem, problem_from_source
 from .result import Check, EvalResult, Reason
 
 __all__ = [
     "Check", "DeviceError", "EvalPolicy", "EvalResult", "Evaluator", "Limits", "Precision", "Problem",
-    "ProblemError", "Reason", "WorkerPool", "default_device", "load_problem", "resolve_device",
+    "ProblemError", "Reason", "WorkerPool", "default_device", "load_problem", "problem_from_source", "resolve_device",
 ]
