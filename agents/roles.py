@@ -1,12 +1,14 @@
 """The five roles as graph nodes: analyst, strategist, coder, verifier (per branch) and the archive.
 
 Each node reads the small state, does its work through tools and the run directory, and returns a small
-update. This version has the builtin (no-model) policy for every role; the LLM policies plug in here.
+update. Each of the analyst, strategist and coder has two policies: the builtin one (no model) and the
+language-model one (`llm.py`), chosen per role by the run's context (`model`, `role_models`).
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import random
 import time
@@ -21,6 +23,7 @@ from kernelwright.tools.evaluation import evaluate
 
 from .archive import Archive, Outcome, admit, select_parents, stop_reason
 from .archive import seed as seed_archive
+from . import llm
 from .builtin import diagnose, move_for, move_kind, propose
 from .moves import Move, apply, category_of, knobs
 from .schemas import Diagnosis, Proposal
@@ -49,7 +52,15 @@ def seed(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, Any]:
         return {}
     run = _run(state)
     ctx = runtime.context
-    h = run.info().config["seed_kernel"]
+    h = run.info().config.get("seed_kernel")
+    if h is None:
+        h = _write_seed(run, ctx)
+        if h is None:
+            errors = [a["error"] for a in run.info().config.get("seed_attempts", []) if a.get("error")]
+            why = next((e for e in errors if "provider failed" in e),
+                       "the model wrote no kernel that passes the verifier from the reference")
+            run.update(status="failed", stop_reason=why)
+            return {"stop": why, "archive": Archive().model_dump()}
     h, result = evaluate(run, run.kernel(h), ctx.device, ctx.precision, ctx.trials)
     if result["verdict"] != "pass":
         run.update(status="failed", stop_reason=f"the seed kernel is rejected: {result['reason']}: {result['detail']}")
@@ -57,6 +68,39 @@ def seed(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, Any]:
     archive = seed_archive(Archive(), outcome_of(h, result))
     run.update(status="running", best_kernel=h, best_speedup=(result.get("timing") or {}).get("speedup_vs_eager"))
     return {"archive": archive.model_dump(), "generation": 0}
+
+
+def _write_seed(run: Run, ctx: Context) -> str | None:
+    """No seed kernel was given: the coder's model writes `branches` candidates from the reference (one shot
+    each); the best verified one seeds the archive. Attempts, usage and transcripts go to run.json/config."""
+    spec = model_spec(ctx, "coder")
+    attempts: list[dict[str, Any]] = []
+    best: tuple[float, str] | None = None
+    for k in range(max(1, ctx.branches)):
+        usage = llm.Usage(model=spec)
+        transcript: list[dict[str, Any]] = []
+        try:
+            src, transcript = llm.write(llm.chat_model(spec, ctx.base_url), run.problem_source(),
+                                        _quick_check(run, ctx), usage=usage)
+            error = None if src else "no kernel that passes the quick check"
+        except (llm.ProviderError, llm.ModelError) as e:
+            src, error = None, str(e)
+        path = run.put_blob("transcripts", f"seed-{k}.json", json.dumps(transcript, indent=1, default=str))
+        attempt: dict[str, Any] = {**usage.record(), "transcript": str(path.relative_to(run.path)), "error": error}
+        if src is not None:
+            h, result = evaluate(run, src, ctx.device, ctx.precision, ctx.trials)
+            attempt.update(kernel=h, verdict=result["verdict"], reason=result["reason"])
+            if result["verdict"] == "pass":
+                score = (result.get("timing") or {}).get("speedup_vs_eager") or 0.0
+                if best is None or score > best[0]:
+                    best = (score, h)
+        attempts.append(attempt)
+        if error and "provider failed" in error:
+            break
+    config = run.info().config
+    run.update(config={**config, "seed_kernel": best[1] if best else None, "seed_written_by": spec,
+                       "seed_attempts": attempts})
+    return best[1] if best else None
 
 
 def select(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -92,11 +136,103 @@ def lineage_gains(archive: Archive, kernel: str, run: Run) -> dict[str, list[flo
     return gains
 
 
+def lineage_history(archive: Archive, kernel: str) -> list[dict[str, Any]]:
+    """The steps taken from kernels on this one's lineage, oldest first (for the LLM strategist)."""
+    on_line = set(lineage(archive, kernel))
+    return [{"parent": s.parent_id[:12], "proposal": s.proposal_key, "verdict": s.verdict, "reason": s.reason,
+             "delta": s.delta, "decision": s.decision} for s in archive.steps if s.parent_id in on_line][-20:]
+
+
+# -- the language-model policies --------------------------------------------------------------------------
+
+
+def model_spec(ctx: Context, role: str) -> str:
+    return (ctx.role_models or {}).get(role) or ctx.model
+
+
+def _uses_model(ctx: Context, role: str) -> bool:
+    return model_spec(ctx, role) != "builtin"
+
+
+def _llm_record(state: BranchState, run: Run, role: str, usage: llm.Usage, transcript: list[dict[str, Any]],
+                error: str | None = None) -> dict[str, Any]:
+    """The branch's `llm` field with this role's record added; the transcript goes to the run directory."""
+    path = run.put_blob("transcripts", f"{state['step_id']}-{role}.json", json.dumps(transcript, indent=1, default=str))
+    rec = {**usage.record(), "transcript": str(path.relative_to(run.path))}
+    if error:
+        rec["error"] = error
+    return {**(state.get("llm") or {}), role: rec}
+
+
+def _llm_analyst(state: BranchState, ctx: Context, run: Run) -> dict[str, Any]:
+    result = run.eval(state["parent"]) or {}
+    spec = model_spec(ctx, "analyst")
+    usage, transcript = llm.Usage(model=spec), []
+    try:
+        d = llm.analyse(llm.chat_model(spec, ctx.base_url), problem=run.problem_source(),
+                        parent=run.kernel(state["parent"]), evaluation=llm.describe_eval(result),
+                        profile=llm.describe_profile(result), usage=usage, transcript=transcript)
+        error = None
+    except (llm.ProviderError, llm.ModelError) as e:
+        # the builtin reading keeps the branch going; the failure is in the trace
+        d, error = diagnose(result.get("timing"), result.get("kernels") or []), str(e)
+    return {"diagnosis": d.model_dump(), "llm": _llm_record(state, run, "analyst", usage, transcript, error)}
+
+
+def _llm_strategist(state: BranchState, ctx: Context, run: Run) -> dict[str, Any]:
+    spec = model_spec(ctx, "strategist")
+    usage, transcript = llm.Usage(model=spec), []
+    history = "\n".join(json.dumps(h) for h in state.get("history") or [])
+    evaluation = llm.describe_eval(run.eval(state["parent"]) or {})
+    try:
+        p = llm.strategise(llm.chat_model(spec, ctx.base_url), problem=run.problem_source(),
+                           parent=run.kernel(state["parent"]), evaluation=evaluation,
+                           diagnosis=Diagnosis.model_validate(state["diagnosis"]), history=history,
+                           failed=list(state.get("failed") or []), usage=usage, transcript=transcript)
+        return {"proposal": p.model_dump(), "llm": _llm_record(state, run, "strategist", usage, transcript)}
+    except (llm.ProviderError, llm.ModelError) as e:
+        return {"proposal": None, "llm": _llm_record(state, run, "strategist", usage, transcript, str(e))}
+
+
+def _quick_check(run: Run, ctx: Context) -> llm.QuickCheck:
+    """On the CPU the quick check is the real verifier (its verdict is cached, so the verifier reuses it);
+    on a GPU it is the syntax check only, so no time is spent timing drafts."""
+
+    def check(source: str) -> tuple[bool, str]:
+        if ctx.device != "cpu":
+            return llm.syntax_check(source)
+        _, result = evaluate(run, source, ctx.device, ctx.precision, ctx.trials)
+        return result["verdict"] == "pass", f"{result['reason']}: {result.get('detail') or ''}"[:2000]
+
+    return check
+
+
+def _llm_coder(state: BranchState, ctx: Context, run: Run, parent_src: str, proposal: Proposal) -> dict[str, Any]:
+    spec = model_spec(ctx, "coder")
+    usage = llm.Usage(model=spec)
+    transcript: list[dict[str, Any]] = []
+    try:
+        child_src, transcript = llm.code(llm.chat_model(spec, ctx.base_url), parent_src, proposal,
+                                         _quick_check(run, ctx), problem=run.problem_source(),
+                                         diagnosis=Diagnosis.model_validate(state["diagnosis"]), usage=usage)
+        error = None if child_src else "the coder produced no passing change"
+    except (llm.ProviderError, llm.ModelError) as e:
+        child_src, error = None, str(e)
+    rec = _llm_record(state, run, "coder", usage, transcript, error)
+    if child_src is None:
+        return {"child": None, "coder": {"policy": spec, "error": error}, "llm": rec}
+    diff = "".join(difflib.unified_diff(parent_src.splitlines(keepends=True), child_src.splitlines(keepends=True),
+                                        f"{state['parent']}.py", "child.py"))
+    return {"child": run.put_kernel(child_src), "coder": {"policy": spec, "diff": diff}, "llm": rec}
+
+
 # -- one branch -------------------------------------------------------------------------------------------
 
 
 def analyst(state: BranchState, runtime: Runtime[Context]) -> dict[str, Any]:
     run = _run(state)
+    if _uses_model(runtime.context, "analyst"):
+        return _llm_analyst(state, runtime.context, run)
     result = run.eval(state["parent"]) or {}
     d = diagnose(result.get("timing"), result.get("kernels") or [])
     return {"diagnosis": d.model_dump()}
@@ -104,6 +240,8 @@ def analyst(state: BranchState, runtime: Runtime[Context]) -> dict[str, Any]:
 
 def strategist(state: BranchState, runtime: Runtime[Context]) -> dict[str, Any]:
     run = _run(state)
+    if _uses_model(runtime.context, "strategist"):
+        return _llm_strategist(state, runtime.context, run)
     rng = random.Random(f"{runtime.context.seed}/{state['step_id']}")
     p = propose(run.kernel(state["parent"]), Diagnosis.model_validate(state["diagnosis"]),
                 state.get("lineage_gains") or {}, set(state.get("failed") or []), rng)
@@ -116,6 +254,8 @@ def coder(state: BranchState, runtime: Runtime[Context]) -> dict[str, Any]:
         return {"child": None, "coder": {"note": "no proposal: every move from this parent was tried"}}
     parent_src = run.kernel(state["parent"])
     proposal = Proposal.model_validate(state["proposal"])
+    if _uses_model(runtime.context, "coder"):
+        return _llm_coder(state, runtime.context, run, parent_src, proposal)
     try:
         child_src = apply(parent_src, move_for(parent_src, proposal))
     except (KeyError, ValueError) as e:
@@ -130,7 +270,7 @@ def verifier(state: BranchState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = runtime.context
     base = {"step_id": state["step_id"], "generation": state["generation"], "branch": state["branch"],
             "parent": state["parent"], "diagnosis": state.get("diagnosis"), "proposal": state.get("proposal"),
-            "coder": state.get("coder") or {}, "child": state.get("child")}
+            "coder": state.get("coder") or {}, "child": state.get("child"), "llm": state.get("llm") or {}}
     if not state.get("child"):
         return {"results": [{**base, "verdict": None}]}
     t0 = time.monotonic()
@@ -156,18 +296,29 @@ def archive_node(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, A
         key = (r.get("proposal") or {}).get("key") or "none"
         outcome = Outcome.model_validate(r["outcome"]) if r.get("outcome") else None
         archive, step = admit(archive, r["parent"], key, outcome, step_id=r["step_id"])
-        run.append_step({**r, "step": step.step, "decision": step.model_dump(), "tokens": 0, "cost_usd": 0.0,
-                         "policy": ctx.model, "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        used = (r.get("llm") or {}).values()
+        run.append_step({**r, "step": step.step, "decision": step.model_dump(),
+                         "tokens": sum(u.get("tokens", 0) for u in used),
+                         "cost_usd": round(sum(u.get("cost_usd", 0.0) for u in used), 6),
+                         "policy": ctx.model, "role_models": dict(ctx.role_models or {}),
+                         "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
     best = archive.best
     stop = None
     results = state.get("results") or []
-    if len(archive.steps) >= ctx.iterations:
+    failures = [u["error"] for r in results for u in (r.get("llm") or {}).values()
+                if "provider failed" in (u.get("error") or "")]
+    if results and failures and all(not r.get("child") for r in results):
+        stop = failures[0]  # the provider is down for good (retries spent): say so rather than spin
+    elif len(archive.steps) >= ctx.iterations:
         stop = f"iteration budget reached ({len(archive.steps)} steps)"
     elif ctx.time_budget_s is not None and time.time() - run.created_at() >= ctx.time_budget_s:
         stop = f"time budget reached ({ctx.time_budget_s:.0f} s)"
     else:
         stop = stop_reason(archive, plateau_steps=ctx.plateau_steps, roofline_target=ctx.roofline_target)
-        if stop is None and results and all(not r.get("proposal") for r in results):
+        # a model that proposed nothing this time may next time (each such step still spends the budget);
+        # the builtin catalog proposing nothing means it is exhausted
+        if stop is None and results and all(not r.get("proposal") and "strategist" not in (r.get("llm") or {})
+                                            for r in results):
             stop = "search exhausted: every move from every parent has been tried"
         if stop is None and _interrupted():
             stop = "interrupted (Ctrl-C): the step in flight was finished and checkpointed"

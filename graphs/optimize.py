@@ -47,6 +47,7 @@ def fan_out(state: OptimizeState) -> list[Send]:
             "step_id": f"g{state['generation']}b{i}",
             "lineage_gains": roles.lineage_gains(archive, parent, run),
             "failed": archive.failed.get(parent, []),
+            "history": roles.lineage_history(archive, parent),
         }))
     return sends
 

@@ -6,7 +6,7 @@ branch); sources, evaluations and transcripts live in the run directory (`kernel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
 
@@ -41,10 +41,14 @@ class BranchState(TypedDict, total=False):
     parent: str
     lineage_gains: dict[str, list[float]]
     failed: list[str]
+    history: list[dict[str, Any]]
+    """earlier steps on this parent's lineage: proposal key, verdict, measured delta, decision"""
     diagnosis: dict[str, Any] | None
     proposal: dict[str, Any] | None
     child: str | None
     coder: dict[str, Any]
+    llm: dict[str, Any]
+    """per role that used a model: its usage (tokens, cost, retries, reasoning), transcript file, error"""
     results: Annotated[list[dict[str, Any]], merge_results]
 
 
@@ -66,5 +70,10 @@ class Context:
     roofline_target: float | None = 0.9
     trials: int = 5
     model: str = "builtin"
+    """builtin (no model) or provider:model, the default for every role"""
+    base_url: str | None = None
+    """an OpenAI-compatible server (vLLM, SGLang, Ollama) serving the models"""
+    role_models: dict[str, str] = field(default_factory=dict)
+    """per-role models (analyst, strategist, coder) overriding `model`"""
     seed: int = 0
     explore: float = 0.25

@@ -41,6 +41,40 @@ def parse_duration(text: str) -> float:
     return h * 3600 + m * 60 + s
 
 
+def parse_role_models(items: list[str]) -> dict[str, str]:
+    """['strategist=openai:gpt-4.1', ...] -> {'strategist': 'openai:gpt-4.1'}; one sentence per bad item."""
+    from kernelwright.agents.llm import ROLES, valid_spec
+
+    out: dict[str, str] = {}
+    for item in items:
+        role, eq, spec = item.partition("=")
+        role, spec = role.strip(), spec.strip()
+        if not eq or role not in ROLES:
+            raise UsageError(f"--role-model {item!r}: use ROLE=provider:model with ROLE one of {', '.join(ROLES)}")
+        if spec != "builtin" and not valid_spec(spec):
+            raise UsageError(f"--role-model {item!r}: the model must be builtin or provider:model, e.g. openai:gpt-4.1")
+        out[role] = spec
+    return out
+
+
+def check_models(model: str, per_role: dict[str, str], base_url: str | None) -> None:
+    """Every model named must be well formed and constructible (provider package installed, key present)."""
+    from kernelwright.agents.llm import ProviderError, chat_model, valid_spec
+
+    if model != "builtin" and not valid_spec(model):
+        raise UsageError(f"--model {model!r}: use builtin or provider:model, e.g. openai:gpt-4.1")
+    specs = {s for s in [model, *per_role.values()] if s != "builtin"}
+    if base_url and not specs:
+        raise UsageError("--base-url needs a model: give one with --model provider:model")
+    if base_url and not re.match(r"^https?://", base_url):
+        raise UsageError(f"--base-url {base_url!r}: give an http:// or https:// URL")
+    for spec in sorted(specs):
+        try:
+            chat_model(spec, base_url)
+        except ProviderError as e:
+            raise UsageError(str(e)) from None
+
+
 def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, base_url: str | None,
                  role_models: list[str], iterations: int, time_budget: str | None, branches: int, device: str | None,
                  precision: str | None, trials: int, run_dir: Path, resume: str | None,
@@ -55,21 +89,23 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
     from kernelwright.tools.evaluation import close_all
 
     store = RunStore(run_dir)
-    if model != "builtin" or role_models or base_url:
-        raise UsageError("language-model policies are not available in this version yet: use --model builtin")
+    per_role = parse_role_models(role_models)
+    if not resume:
+        check_models(model, per_role, base_url)
     if resume:
         try:
             run = store.open(resume)
         except RunError as e:
             raise UsageError(str(e)) from None
         ctx = Context(**run.info().config["context"])
+        check_models(ctx.model, ctx.role_models, ctx.base_url)
         state: Any = None
     else:
         if problem is None:
             raise UsageError("give a problem file (or --resume RUN_ID)")
-        if seed_kernel is None:
+        if seed_kernel is None and per_role.get("coder", model) == "builtin":
             raise UsageError("the builtin policy improves an existing kernel: give one with --seed-kernel FILE")
-        if not seed_kernel.is_file():
+        if seed_kernel is not None and not seed_kernel.is_file():
             raise UsageError(f"{seed_kernel}: no such seed kernel file")
         try:
             prob = load_problem(problem, precision)
@@ -78,10 +114,12 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
             raise UsageError(str(e)) from None
         budget = parse_duration(time_budget) if time_budget else None
         ctx = Context(device=str(dev), precision=precision, branches=branches, iterations=iterations,
-                      time_budget_s=budget, trials=trials, model=model)
+                      time_budget_s=budget, trials=trials, model=model, base_url=base_url, role_models=per_role)
         run = store.create(str(problem), prob.source, {})
-        h = run.put_kernel(seed_kernel.read_text())
-        run.update(config={"seed_kernel": h, "seed_path": str(seed_kernel), "context": asdict(ctx)})
+        # without a seed kernel, the coder's model writes the first generation from the reference
+        h = run.put_kernel(seed_kernel.read_text()) if seed_kernel else None
+        run.update(config={"seed_kernel": h, "seed_path": str(seed_kernel) if seed_kernel else None,
+                           "context": asdict(ctx)})
         state = initial_state(str(run.path))
 
     conn = sqlite3.connect(str(run.checkpoint_path), check_same_thread=False)

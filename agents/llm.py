@@ -1,0 +1,490 @@
+"""The roles' language-model policies: chat models, retries, token and cost accounting, and the three
+model-driven steps (analyse -> Diagnosis, strategise -> Proposal, code -> child source).
+
+Any LangChain chat model works: a `provider:model` string goes through `init_chat_model`; with a base URL,
+the OpenAI-compatible client is used (vLLM, SGLang, Ollama). Models are used through `bind_tools` only, so a
+scripted fake stands in for them in tests. Knows prompts and schemas; nothing of graphs or the CLI. API keys
+are read by the client from the environment and never written anywhere by this module.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
+from pydantic import BaseModel, ValidationError
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+from kernelwright import prompts
+
+from .schemas import Diagnosis, Proposal
+
+log = logging.getLogger(__name__)
+
+ROLES = ("analyst", "strategist", "coder")
+"""The roles that use a model (the verifier and the archive never do)."""
+
+PRICES: dict[str, tuple[float, float]] = {}
+"""USD per million (input, output) tokens by model name; a model not listed costs 0 (unknown)."""
+
+_SPEC = re.compile(r"^[A-Za-z0-9_.\-]+:\S+$")
+_registry: dict[str, BaseChatModel] = {}
+_built: dict[tuple[str, str | None], BaseChatModel] = {}
+_lock = threading.Lock()
+
+
+class ProviderError(Exception):
+    """The provider failed for good (after retries, or with an error retrying cannot fix): one sentence."""
+
+
+class ModelError(Exception):
+    """The model kept answering in a form that cannot be used: one sentence."""
+
+
+def valid_spec(spec: str) -> bool:
+    return bool(_SPEC.match(spec))
+
+
+def register(spec: str, model: BaseChatModel) -> None:
+    """Make `chat_model(spec, ...)` return this model (tests; embedding applications)."""
+    _registry[spec] = model
+
+
+def chat_model(spec: str, base_url: str | None = None) -> BaseChatModel:
+    """The chat model a `provider:model` spec names; with `base_url`, an OpenAI-compatible server's."""
+    if spec in _registry:
+        return _registry[spec]
+    if not valid_spec(spec):
+        raise ValueError(f"model {spec!r}: use provider:model, e.g. openai:gpt-4.1")
+    with _lock:
+        model = _built.get((spec, base_url))
+        if model is None:  # one client per model for the process: branches share its connection pool
+            try:
+                model = _built[(spec, base_url)] = _construct(spec, base_url)
+            except Exception as e:  # noqa: BLE001 - a missing package or key: each provider has its own class
+                raise ProviderError(f"the model {spec} cannot be used: {_first_line(e)}") from e
+        return model
+
+
+def _construct(spec: str, base_url: str | None) -> BaseChatModel:
+    provider, name = spec.split(":", 1)
+    if base_url:
+        from langchain_openai import ChatOpenAI
+
+        # retries are ours (invoke_with_retry), so the client's own are off
+        return ChatOpenAI(base_url=base_url, model=name, max_retries=0, timeout=600,
+                          api_key=os.environ.get("OPENAI_API_KEY", "not-needed"))  # type: ignore[arg-type]
+    from langchain.chat_models import init_chat_model
+
+    try:
+        return init_chat_model(name, model_provider=provider, max_retries=0)
+    except (TypeError, ValueError):  # a provider whose client takes no max_retries
+        return init_chat_model(name, model_provider=provider)
+
+
+# -- accounting -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Usage:
+    """Tokens, cost, retries and the model's reasoning text over one role's calls."""
+
+    model: str = ""
+    calls: int = 0
+    retries: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    reasoning: list[str] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, msg: BaseMessage) -> None:
+        self.calls += 1
+        meta = getattr(msg, "usage_metadata", None) or {}
+        i, o = int(meta.get("input_tokens") or 0), int(meta.get("output_tokens") or 0)
+        self.input_tokens += i
+        self.output_tokens += o
+        name = self.model.split(":", 1)[-1]
+        price = PRICES.get(self.model) or PRICES.get(name)
+        if price:
+            self.cost_usd += (i * price[0] + o * price[1]) / 1e6
+        text = reasoning_of(msg)
+        if text:
+            self.reasoning.append(text)
+
+    def merge(self, other: Usage) -> None:
+        self.calls += other.calls
+        self.retries += other.retries
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cost_usd += other.cost_usd
+        self.reasoning += other.reasoning
+
+    def record(self) -> dict[str, Any]:
+        return {"model": self.model, "calls": self.calls, "retries": self.retries, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "tokens": self.tokens, "cost_usd": round(self.cost_usd, 6),
+                "reasoning": self.reasoning}
+
+
+def reasoning_of(msg: BaseMessage) -> str | None:
+    """The provider's reasoning text, where it returns one (additional_kwargs or reasoning/thinking blocks)."""
+    extra = getattr(msg, "additional_kwargs", {}) or {}
+    for k in ("reasoning_content", "reasoning", "thinking"):
+        v = extra.get(k)
+        if isinstance(v, str) and v.strip():
+            return v
+        if isinstance(v, dict) and isinstance(v.get("summary"), list):
+            texts = [s.get("text", "") for s in v["summary"] if isinstance(s, dict)]
+            if any(texts):
+                return "\n".join(texts)
+    if isinstance(msg.content, list):
+        parts = []
+        for b in msg.content:
+            if isinstance(b, dict) and b.get("type") in ("reasoning", "thinking"):
+                parts.append(b.get("reasoning") or b.get("thinking") or b.get("text") or "")
+        if any(parts):
+            return "\n".join(parts)
+    return None
+
+
+def text_of(msg: BaseMessage) -> str:
+    if isinstance(msg.content, str):
+        return msg.content
+    return "".join(b.get("text", "") for b in msg.content if isinstance(b, dict) and b.get("type") == "text")
+
+
+# -- retries ----------------------------------------------------------------------------------------------
+
+
+def _status(e: BaseException) -> int | None:
+    for obj in (e, getattr(e, "response", None)):
+        code = getattr(obj, "status_code", None) or getattr(obj, "status", None)
+        if isinstance(code, int):
+            return code
+    return None
+
+
+def transient(e: BaseException) -> bool:
+    """Rate limits (429), server errors (5xx), timeouts and dropped connections are worth retrying."""
+    code = _status(e)
+    if code is not None:
+        return code == 429 or code >= 500
+    name = type(e).__name__
+    return isinstance(e, (TimeoutError, ConnectionError)) or any(
+        w in name for w in ("Timeout", "RateLimit", "APIConnection", "ConnectError", "ServiceUnavailable",
+                            "Overloaded"))
+
+
+def _retry_after(e: BaseException | None) -> float | None:
+    headers = getattr(getattr(e, "response", None), "headers", None)
+    try:
+        v = headers.get("retry-after") if headers is not None else None
+        return None if v is None else min(float(v), 120.0)
+    except (TypeError, ValueError):
+        return None
+
+
+def invoke_with_retry(model: Any, messages: list[BaseMessage], usage: Usage | None = None, *,
+                      attempts: int = 6, base_s: float = 1.0, max_s: float = 60.0) -> AIMessage:
+    """`model.invoke(messages)`, retried with exponential backoff (or the server's Retry-After) on transient
+    failures; anything else, or running out of attempts, raises ProviderError with one sentence."""
+
+    def wait(state: RetryCallState) -> float:
+        e = state.outcome.exception() if state.outcome else None
+        ra = _retry_after(e)
+        return ra if ra is not None else min(max_s, base_s * 2 ** (state.attempt_number - 1))
+
+    def before_sleep(state: RetryCallState) -> None:
+        if usage is not None:
+            usage.retries += 1
+        e = state.outcome.exception() if state.outcome else None
+        log.warning("model call failed (%s), retrying", type(e).__name__)
+
+    try:
+        for attempt in Retrying(retry=retry_if_exception(transient), wait=wait, stop=stop_after_attempt(attempts),
+                                before_sleep=before_sleep, reraise=True):
+            with attempt:
+                msg = model.invoke(messages)
+    except Exception as e:  # noqa: BLE001 - every provider has its own error classes
+        what = f"HTTP {_status(e)}" if _status(e) else type(e).__name__
+        again = f" after {attempts} attempts" if transient(e) else ""
+        raise ProviderError(f"the model provider failed{again} ({what}): {_first_line(e)}") from e
+    if usage is not None:
+        usage.add(msg)
+    return msg  # type: ignore[return-value]
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+# -- structured answers -----------------------------------------------------------------------------------
+
+
+def structured(model: BaseChatModel, schema: type[BaseModel], prompt: str, usage: Usage, *, rounds: int = 3,
+               transcript: list[dict[str, Any]] | None = None) -> BaseModel:
+    """Ask for one `schema` as a tool call; an invalid or missing answer goes back with the error, up to
+    `rounds` times. A JSON object in the text is accepted too (servers without tool calling)."""
+    bound = model.bind_tools([schema], tool_choice=schema.__name__)
+    messages: list[BaseMessage] = [HumanMessage(prompt)]
+    error = ""
+    for _ in range(rounds):
+        ai = invoke_with_retry(bound, messages, usage)
+        messages.append(ai)
+        _log(transcript, ai)
+        replies: list[BaseMessage] = []
+        for bad in ai.invalid_tool_calls or []:
+            error = f"your tool call could not be parsed: {bad.get('error') or 'invalid JSON arguments'}"
+            replies.append(ToolMessage(f"error: {error}; call {schema.__name__} again with valid JSON arguments",
+                                       tool_call_id=bad.get("id") or "invalid", status="error"))
+        for call in ai.tool_calls or []:
+            if call["name"] != schema.__name__:
+                error = f"unknown tool {call['name']!r}"
+                replies.append(ToolMessage(f"error: {error}; call {schema.__name__}", tool_call_id=call["id"] or "",
+                                           status="error"))
+                continue
+            try:
+                return schema.model_validate(call["args"])
+            except ValidationError as e:
+                error = _validation_text(e)
+                replies.append(ToolMessage(f"error: the answer is invalid: {error}; call {schema.__name__} again",
+                                           tool_call_id=call["id"] or "", status="error"))
+        if not ai.tool_calls and not ai.invalid_tool_calls:
+            found = _json_object(text_of(ai))
+            if found is not None:
+                try:
+                    return schema.model_validate(found)
+                except ValidationError as e:
+                    error = _validation_text(e)
+            else:
+                error = "no tool call"
+            replies.append(HumanMessage(f"error: {error}; answer by calling the {schema.__name__} tool"))
+        for r in replies:
+            _log(transcript, r)
+        messages += replies
+    raise ModelError(f"the model gave no valid {schema.__name__} in {rounds} tries ({error})")
+
+
+def _validation_text(e: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'answer'}: {err['msg']}" for err in e.errors())[:800]
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    try:
+        v = json.loads(text[start:end + 1])
+    except ValueError:
+        return None
+    return v if isinstance(v, dict) else None
+
+
+def _log(transcript: list[dict[str, Any]] | None, msg: BaseMessage) -> None:
+    if transcript is None:
+        return
+    entry: dict[str, Any] = {"role": msg.type, "content": text_of(msg)[:4000]}
+    if isinstance(msg, AIMessage):
+        if msg.tool_calls:
+            entry["tool_calls"] = [{"name": c["name"], "args": c["args"]} for c in msg.tool_calls]
+        if msg.invalid_tool_calls:
+            entry["invalid_tool_calls"] = [{"name": c.get("name"), "args": (c.get("args") or "")[:2000],
+                                            "error": c.get("error")} for c in msg.invalid_tool_calls]
+        r = reasoning_of(msg)
+        if r:
+            entry["reasoning"] = r[:4000]
+    if isinstance(msg, ToolMessage):
+        entry["tool_call_id"] = msg.tool_call_id
+    transcript.append(entry)
+
+
+def analyse(model: BaseChatModel, *, problem: str, parent: str, evaluation: str, profile: str, usage: Usage,
+            transcript: list[dict[str, Any]] | None = None) -> Diagnosis:
+    prompt = prompts.load("analyst").format(problem=problem, parent=parent, evaluation=evaluation, profile=profile)
+    return structured(model, Diagnosis, prompt, usage, transcript=transcript)  # type: ignore[return-value]
+
+
+def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: str, diagnosis: Diagnosis,
+               history: str, failed: list[str], usage: Usage,
+               transcript: list[dict[str, Any]] | None = None) -> Proposal:
+    prompt = prompts.load("strategist").format(
+        problem=problem, parent=parent, evaluation=evaluation, diagnosis=diagnosis.model_dump_json(indent=1),
+        history=history or "(none yet)", failed=", ".join(failed) or "(none)")
+    p: Proposal = structured(model, Proposal, prompt, usage, transcript=transcript)  # type: ignore[assignment]
+    if p.key in failed:
+        raise ModelError(f"the model proposed {p.key!r}, which already failed on this parent")
+    return p
+
+
+# -- the coder --------------------------------------------------------------------------------------------
+
+QuickCheck = Callable[[str], tuple[bool, str]]
+"""source -> (passes, a bounded message for the model)."""
+
+
+def syntax_check(source: str) -> tuple[bool, str]:
+    """The cheapest quick check: the file parses and compiles and defines ModelNew."""
+    try:
+        tree = ast.parse(source)
+        compile(tree, "kernel.py", "exec")
+    except SyntaxError as e:
+        return False, f"syntax error on line {e.lineno}: {e.msg}"
+    if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
+        return False, "the file defines no class ModelNew"
+    return True, "compiles"
+
+
+@dataclass
+class _Workspace:
+    source: str
+    checked: tuple[str, bool, str] | None = None
+    finished: bool = False
+
+
+def coder_tools(ws: _Workspace, check: QuickCheck) -> list[BaseTool]:
+    """The coder's tools over one workspace (the current kernel text)."""
+
+    @tool
+    def view_kernel(start: int = 1, end: int = 10_000) -> str:
+        """Show lines start..end (1-based, inclusive) of the current kernel, numbered."""
+        lines = ws.source.splitlines()
+        start, end = max(1, start), min(len(lines), end)
+        return "\n".join(f"{i:4d}| {lines[i - 1]}" for i in range(start, end + 1)) or "(no such lines)"
+
+    @tool
+    def search_replace(old: str, new: str) -> str:
+        """Replace the single occurrence of `old` in the current kernel with `new`."""
+        n = ws.source.count(old) if old else 0
+        if n != 1:
+            return (f"error: `old` matches {n} times; it must match exactly once (copy it from view_kernel, "
+                    "with enough context to be unique)")
+        ws.source = ws.source.replace(old, new, 1)
+        return "replaced 1 occurrence"
+
+    @tool
+    def write_kernel(source: str) -> str:
+        """Replace the whole kernel file with `source`."""
+        ws.source = source
+        return f"written ({len(source.splitlines())} lines)"
+
+    @tool
+    def quick_check() -> str:
+        """Compile the current kernel and run a fast correctness check."""
+        ok, msg = _check(ws, check)
+        return ("pass: " if ok else "fail: ") + msg
+
+    @tool
+    def finish() -> str:
+        """Declare the change done; the current kernel must pass the quick check."""
+        ok, msg = _check(ws, check)
+        if not ok:
+            return f"error: the quick check fails ({msg}); repair the kernel, then call finish again"
+        ws.finished = True
+        return "done"
+
+    return [view_kernel, search_replace, write_kernel, quick_check, finish]
+
+
+def _check(ws: _Workspace, fn: QuickCheck) -> tuple[bool, str]:
+    if ws.checked is None or ws.checked[0] != ws.source:
+        ok, msg = syntax_check(ws.source)
+        if ok:
+            ok, msg = fn(ws.source)
+        ws.checked = (ws.source, ok, msg[:2000])
+    return ws.checked[1], ws.checked[2]
+
+
+def code(model: BaseChatModel, parent_source: str, proposal: Proposal, quick_check: QuickCheck, *,
+         problem: str = "", diagnosis: Diagnosis | None = None, usage: Usage | None = None,
+         rounds: int = 12) -> tuple[str | None, list[dict[str, Any]]]:
+    """Apply the proposal with tools; (the child's source, or None when no passing change was made, and the
+    transcript). Bounded by `rounds` model calls; a malformed or failing tool call is answered with the error."""
+    prompt = prompts.load("coder").format(
+        problem=problem, parent=parent_source, proposal=proposal.model_dump_json(indent=1),
+        diagnosis=diagnosis.model_dump_json(indent=1) if diagnosis else "(none)")
+    return _edit(model, parent_source, prompt, quick_check, usage if usage is not None else Usage(), rounds)
+
+
+def write(model: BaseChatModel, problem: str, quick_check: QuickCheck, *, usage: Usage | None = None,
+          rounds: int = 16) -> tuple[str | None, list[dict[str, Any]]]:
+    """Write a first kernel for the problem from its reference (no seed kernel given), with the coder's tools."""
+    prompt = prompts.load("writer").format(problem=problem)
+    return _edit(model, "", prompt, quick_check, usage if usage is not None else Usage(), rounds)
+
+
+def _edit(model: BaseChatModel, start: str, prompt: str, quick_check: QuickCheck, usage: Usage,
+          rounds: int) -> tuple[str | None, list[dict[str, Any]]]:
+    ws = _Workspace(start)
+    tools = {t.name: t for t in coder_tools(ws, quick_check)}
+    bound = model.bind_tools(list(tools.values()))
+    messages: list[BaseMessage] = [HumanMessage(prompt)]
+    transcript: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        ai = invoke_with_retry(bound, messages, usage)
+        messages.append(ai)
+        _log(transcript, ai)
+        replies: list[BaseMessage] = []
+        for bad in ai.invalid_tool_calls or []:
+            replies.append(ToolMessage(f"error: the tool call could not be parsed ({bad.get('error') or 'invalid JSON'}"
+                                       "); call the tool again with valid JSON arguments",
+                                       tool_call_id=bad.get("id") or "invalid", status="error"))
+        for call in ai.tool_calls or []:
+            t = tools.get(call["name"])
+            if t is None:
+                out = f"error: unknown tool {call['name']!r}; the tools are {', '.join(tools)}"
+            else:
+                try:
+                    out = str(t.invoke(call["args"]))
+                except (ValidationError, TypeError, ValueError) as e:
+                    out = f"error: bad arguments for {call['name']}: {_first_line(e)}"
+            replies.append(ToolMessage(out, tool_call_id=call["id"] or "", name=call["name"],
+                                       status="error" if out.startswith("error") else "success"))
+        if not ai.tool_calls and not ai.invalid_tool_calls:
+            replies.append(HumanMessage("Use the tools to make the change, then call finish()."))
+        for r in replies:
+            _log(transcript, r)
+        messages += replies
+        if ws.finished:
+            break
+    if ws.source == start or not ws.source.strip():
+        return None, transcript
+    if not ws.finished and not _check(ws, quick_check)[0]:
+        return None, transcript
+    return ws.source, transcript
+
+
+def describe_eval(result: dict[str, Any]) -> str:
+    """A bounded, model-safe summary of an EvalResult dict."""
+    t = result.get("timing")
+    lines = [f"verdict: {result.get('verdict')} ({result.get('reason')})"]
+    if result.get("max_rel_error") is not None:
+        lines.append(f"max relative error: {result['max_rel_error']:.3g}")
+    if t:
+        for k in ("median_ms", "speedup_vs_eager", "speedup_vs_compile", "floor_ms", "bound", "fraction_of_floor",
+                  "noise_band"):
+            if t.get(k) is not None:
+                lines.append(f"{k}: {t[k]}")
+    else:
+        lines.append(f"timing: unavailable ({result.get('timing_unavailable') or 'not measured'})")
+    return "\n".join(lines)
+
+
+def describe_profile(result: dict[str, Any]) -> str:
+    ks = result.get("kernels") or []
+    if not ks:
+        return "(no kernel profile)"
+    return "\n".join(json.dumps(k, default=str)[:600] for k in ks[:8])
+
+

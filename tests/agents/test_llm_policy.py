@@ -1,0 +1,153 @@
+"""The language-model policies driven by a scripted chat model: structured answers with repair, the
+coder's tool loop (errors answered, repairs bounded), retries, accounting. No network, no GPU."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+
+from kernelwright import prompts
+from kernelwright.agents import llm
+from kernelwright.agents.schemas import Diagnosis, Proposal
+
+sys.path.insert(0, str(Path(__file__).parent))
+from scripted import DIAGNOSIS, PROPOSAL, Scripted, call, malformed  # noqa: E402
+
+SEED = (Path(__file__).resolve().parents[1] / "graphs" / "add_seed.py").read_text()
+
+
+def test_prompts_fill_with_their_fields() -> None:
+    a = prompts.load("analyst").format(problem="P", parent="K", evaluation="E", profile="F")
+    s = prompts.load("strategist").format(problem="P", parent="K", evaluation="E", diagnosis="D", history="H",
+                                          failed="X")
+    c = prompts.load("coder").format(problem="P", parent="K", diagnosis="D", proposal="Q")
+    assert "Diagnosis tool" in a and "Proposal tool" in s and "search_replace" in c
+    with pytest.raises(KeyError):
+        prompts.load("nobody")
+
+
+def test_analyse_sends_an_invalid_answer_back_and_keeps_reasoning() -> None:
+    bad = call("Diagnosis", {**DIAGNOSIS, "bottleneck": "warp-drive"}, 0)
+    good = call("Diagnosis", DIAGNOSIS, 1)
+    good.additional_kwargs["reasoning_content"] = "It only streams two vectors."
+    m = Scripted(script=[bad, good])
+    usage, transcript = llm.Usage(model="scripted:x"), []
+    d = llm.analyse(m, problem="p", parent=SEED, evaluation="e", profile="f", usage=usage, transcript=transcript)
+    assert isinstance(d, Diagnosis) and d.bottleneck == "memory"
+    err = m.seen[1][-1]
+    assert isinstance(err, ToolMessage) and "bottleneck" in err.content and err.tool_call_id == "Diagnosis-0"
+    assert usage.calls == 2 and usage.tokens == 220 and usage.reasoning == ["It only streams two vectors."]
+    assert any(t.get("reasoning") for t in transcript)
+
+
+def test_strategise_survives_a_malformed_tool_call_and_costs_are_priced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(llm.PRICES, "x", (1.0, 10.0))
+    m = Scripted(script=[malformed("Proposal", "{\"category\": tiling"), call("Proposal", PROPOSAL, 1)])
+    usage = llm.Usage(model="scripted:x")
+    p = llm.strategise(m, problem="p", parent=SEED, evaluation="e", diagnosis=Diagnosis(**DIAGNOSIS), history="",
+                       failed=[], usage=usage)
+    assert isinstance(p, Proposal) and p.key == "BLOCK=512"
+    assert "could not be parsed" in m.seen[1][-1].content
+    assert usage.cost_usd == pytest.approx((150 * 1.0 + 15 * 10.0) / 1e6)
+
+
+def test_structured_answers_are_bounded_and_json_text_is_accepted() -> None:
+    m = Scripted(script=[AIMessage(content="sure!")] * 3)
+    with pytest.raises(llm.ModelError, match="no valid Diagnosis in 3 tries"):
+        llm.analyse(m, problem="p", parent="k", evaluation="e", profile="f", usage=llm.Usage())
+    import json
+    m = Scripted(script=[AIMessage(content=f"Here: {json.dumps(DIAGNOSIS)}")])
+    d = llm.analyse(m, problem="p", parent="k", evaluation="e", profile="f", usage=llm.Usage())
+    assert d.bottleneck == "memory"
+
+
+def test_a_failed_proposal_is_not_accepted_again() -> None:
+    m = Scripted(script=[call("Proposal", PROPOSAL)])
+    with pytest.raises(llm.ModelError, match="already failed"):
+        llm.strategise(m, problem="p", parent=SEED, evaluation="e", diagnosis=Diagnosis(**DIAGNOSIS), history="",
+                       failed=["BLOCK=512"], usage=llm.Usage())
+
+
+def test_the_coder_edits_through_tools_and_errors_go_back() -> None:
+    checked: list[str] = []
+
+    def quick(src: str) -> tuple[bool, str]:
+        checked.append(src)
+        return True, "ok"
+
+    m = Scripted(script=[
+        call("view_kernel", {"start": 1, "end": 8}, 0),
+        call("search_replace", {"old": "BLOCK", "new": "X"}, 1),            # 7 matches: refused
+        malformed("search_replace", "{\"old\": \"BLOCK = 256", 2),
+        call("search_replace", {"old": "BLOCK = 256\n", "new": "BLOCK = 512\n"}, 3),
+        call("nonsense", {}, 4),
+        call("quick_check", {}, 5),
+        call("finish", {}, 6),
+    ])
+    child, transcript = llm.code(m, SEED, Proposal(**PROPOSAL), quick)
+    assert child is not None and "BLOCK = 512\n" in child and child.replace("BLOCK = 512\n", "BLOCK = 256\n") == SEED
+    replies = [t["content"] for t in transcript if t["role"] == "tool"]
+    assert "   7| BLOCK = 256" in replies[0]
+    assert "matches 7 times" in replies[1] and "could not be parsed" in replies[2]
+    assert replies[3] == "replaced 1 occurrence" and "unknown tool" in replies[4]
+    assert replies[5] == "pass: ok" and replies[6] == "done"
+    assert checked == [child]  # finish reuses the check of the unchanged source
+
+
+def test_the_coder_repairs_its_own_failures_within_bounds() -> None:
+    broken = SEED.replace("BLOCK = 256\n", "BLOCK = = 512\n")
+    m = Scripted(script=[
+        call("write_kernel", {"source": broken}, 0),
+        call("finish", {}, 1),                                                # refused: syntax error
+        call("search_replace", {"old": "BLOCK = = 512", "new": "BLOCK = 512"}, 2),
+        call("finish", {}, 3),
+    ])
+    child, transcript = llm.code(m, SEED, Proposal(**PROPOSAL), lambda s: (True, "ok"))
+    assert child == SEED.replace("BLOCK = 256\n", "BLOCK = 512\n")
+    assert any("syntax error on line 7" in t["content"] for t in transcript if t["role"] == "tool")
+
+    # a quick check that never passes: the rounds run out and no child is produced
+    m = Scripted(script=[call("search_replace", {"old": "NUM_WARPS = 4", "new": "NUM_WARPS = 8"}, 0)]
+                 + [call("finish", {}, i) for i in range(1, 4)])
+    child, _ = llm.code(m, SEED, Proposal(**PROPOSAL), lambda s: (False, "wrong_output: off by 1"), rounds=4)
+    assert child is None and not m.script
+
+
+class Status(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(f"HTTP {code} from the provider")
+        self.status_code = code
+
+
+def test_retries_back_off_on_transient_errors_only() -> None:
+    m = Scripted(script=[Status(429), Status(503), TimeoutError("read timed out"), AIMessage(content="hi")])
+    usage = llm.Usage()
+    assert llm.invoke_with_retry(m, [], usage, base_s=0).content == "hi"
+    assert usage.retries == 3 and usage.calls == 1
+    m = Scripted(script=[Status(401)])
+    with pytest.raises(llm.ProviderError, match=r"^the model provider failed \(HTTP 401\)"):
+        llm.invoke_with_retry(m, [], base_s=0)
+    m = Scripted(script=[Status(500)] * 3)
+    with pytest.raises(llm.ProviderError, match="after 3 attempts"):
+        llm.invoke_with_retry(m, [], attempts=3, base_s=0)
+
+
+def test_model_specs() -> None:
+    assert llm.valid_spec("openai:gpt-4.1") and llm.valid_spec("ollama:qwen2.5-coder:7b")
+    assert not llm.valid_spec("gpt-4.1") and not llm.valid_spec("builtin")
+    m = Scripted()
+    llm.register("scripted:unit", m)
+    assert llm.chat_model("scripted:unit") is m
+    c = llm.chat_model("openai:some-model", "http://127.0.0.1:1/v1")
+    assert c.model_name == "some-model" and c.max_retries == 0
+
+
+def test_the_coder_tools_schemas() -> None:
+    tools = llm.coder_tools(llm._Workspace("x = 1\n"), lambda s: (True, "ok"))
+    schemas = {t.name: sorted(t.args) for t in tools}
+    assert schemas == {"view_kernel": ["end", "start"], "search_replace": ["new", "old"], "write_kernel": ["source"],
+                       "quick_check": [], "finish": []}
+    assert all(t.description for t in tools)
