@@ -56,9 +56,10 @@ def _usage_error(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _json_error(message: str) -> None:
-    """--json still means exactly one JSON object on stdout, also for errors."""
-    sys.stdout.write(json.dumps({"verdict": "error", "reason": "usage_error", "detail": message, "rule": None,
+def _json_error(message: str, reason: str = "usage_error") -> None:
+    """--json still means exactly one JSON object on stdout, also for errors. `reason` is usage_error
+    (a bad flag or an unusable device) or bad_problem."""
+    sys.stdout.write(json.dumps({"verdict": "error", "reason": reason, "detail": message, "rule": None,
                                  "checks": [], "max_rel_error": None, "tolerance": None, "timing": None,
                                  "timing_unavailable": "nothing was evaluated", "phases": {}}) + "\n")
 
@@ -107,7 +108,9 @@ def profile_cmd(
         prob = load_problem(problem, precision.value if precision else None)
         with Evaluator(prob, str(dev), EvalPolicy(compile_mode=_mode(compile_mode))) as evaluator:
             prof = evaluator.profile(source, ncu=ncu)
-    except (ProblemError, DeviceError) as e:
+    except ProblemError as e:
+        raise _fail(str(e), as_json, "bad_problem") from None
+    except DeviceError as e:
         raise _fail(str(e), as_json) from None
     if as_json:
         sys.stdout.write(prof.model_dump_json() + "\n")
@@ -204,9 +207,9 @@ def trace_cmd(
             out.print(diff.rstrip(), markup=False, highlight=False)
 
 
-def _fail(message: str, as_json: bool) -> typer.Exit:
+def _fail(message: str, as_json: bool, reason: str = "usage_error") -> typer.Exit:
     if as_json:
-        _json_error(message)
+        _json_error(message, reason)
         return typer.Exit(2)
     return _usage_error(message)
 
@@ -235,7 +238,9 @@ def _evaluate(problem: Path, candidate: Path, device: str | None, precision: Pre
         policy = EvalPolicy(trials=trials, compile_mode=_mode(compile_mode))
         with Evaluator(prob, str(dev), policy) as evaluator:
             return evaluator.evaluate(source), prob
-    except (ProblemError, DeviceError) as e:
+    except ProblemError as e:
+        raise _fail(str(e), as_json, "bad_problem") from None
+    except DeviceError as e:
         raise _fail(str(e), as_json) from None
 
 

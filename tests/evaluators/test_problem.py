@@ -204,7 +204,7 @@ def test_cli_json_for_a_broken_problem(name: str, tmp_path: Path) -> None:
     r = _cli("eval", str(path), str(HONEST_RELU), "--device", "cpu", "--trials", "1", "--json", cache=tmp_path / "cache")
     assert r.returncode == 2, r.stderr
     obj = json.loads(r.stdout)
-    assert obj["verdict"] == "error" and obj["reason"] == "usage_error"
+    assert obj["verdict"] == "error" and obj["reason"] == "bad_problem"
     assert_one_sentence(obj["detail"], path, says)
     assert "Traceback" not in r.stderr
 

@@ -181,7 +181,8 @@ def test_eval_usage_error_json(name: str, args: list[Any], says: list[str], tmp_
     no_traceback(r)
     obj = one_json_object(r)
     assert EVAL_KEYS <= obj.keys(), f"missing {EVAL_KEYS - obj.keys()}"
-    assert obj["verdict"] == "error" and obj["reason"] == "usage_error"
+    expected = "bad_problem" if name == "missing_problem" else "usage_error"
+    assert obj["verdict"] == "error" and obj["reason"] == expected
     assert obj["timing"] is None and obj["max_rel_error"] is None and obj["checks"] == []
     assert obj["timing_unavailable"]
     assert "\n" not in obj["detail"] and all(s in obj["detail"] for s in says), obj["detail"]
