@@ -1,9 +1,11 @@
 """EXPECT: forbidden_op
+EXPECT_CUDA: runtime_error
 PROBLEM: softmax_wide.py
 
 Class 1: PyTorch called from inside the @triton.jit body. Triton's CPU interpreter runs the body as
 Python, so torch.softmax executes "inside a kernel launch", where the interpreter's own tensor
-bookkeeping is legitimately exempt from the op record.
+bookkeeping is legitimately exempt from the op record. On a GPU the body is compiled, and Triton refuses
+to compile a call into PyTorch: the launch raises.
 """
 
 import torch

@@ -1,8 +1,12 @@
 """EXPECT: decoy_kernel
+EXPECT_CUDA: ok
 PROBLEM: relu.py
 
 Class 3 (time coverage): the kernel is right, but most of the forward's time is spent on the host
-outside any Triton launch, so the kernels do not carry the forward's time.
+outside any Triton launch, so the kernels do not carry the forward's time. On the CPU coverage is the
+share of wall time inside launches, so this fails there. On a GPU coverage is the share of *device* time in
+the candidate's kernels (the profiler's), which a host loop does not lower; it is no exploit there either:
+the host loop sits between the timing events, so its time is charged to the candidate's median.
 """
 
 import torch
