@@ -386,6 +386,9 @@ class Evaluator:
             header, payload = worker.request(
                 {"op": "time", "reps": pol.timing_reps, "warmup": pol.warmup, "layouts": layouts},
                 {"sets": inputs}, pol.limits.timing_s, "timing", max_bytes=out_bytes + (1 << 20))
+            # The worker is done: nothing of the candidate's may run while the baseline is timed again.
+            self._judge_processes(worker, "timing")
+            worker.kill()
             eager_b = self._baselines.eager(inputs, pol.timing_reps, pol.warmup)
             clocks_after = gpu_monitor.read(idx)
             compiled, compile_why = self._baselines.compiled(inputs, pol.timing_reps, pol.warmup)

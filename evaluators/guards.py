@@ -92,6 +92,9 @@ class Guard:
         torch_dir = os.path.dirname(torch.__file__) + os.sep
         self.foreign_dirs = tuple(d for d in self.library_dirs if d != torch_dir)
         self._originals: dict[str, Any] = {}
+        if device.type == "cuda":
+            self.current_stream = torch.cuda.current_stream
+            self.default_stream = torch.cuda.default_stream
         self._installed: dict[str, Any] = {}
 
     # -- provenance -----------------------------------------------------------------------------------
@@ -275,6 +278,11 @@ def _patch_triton(guard: Guard) -> None:
             guard.in_launch += 1
             t0 = time.perf_counter()
             kernel = None
+            if guard.forward_active and guard.device.type == "cuda" and not guard.allow_streams \
+                    and guard.current_stream() != guard.default_stream():
+                # However the stream was obtained, a launch off the default stream is work the timing
+                # stream's events would not see.
+                guard.violation(f"launching {name} on a side CUDA stream")
             try:
                 kernel = __original(self, *args, **kwargs)
                 return kernel
@@ -326,6 +334,10 @@ def _patch_forbidden(guard: Guard) -> None:
     _thread.start_new_thread = forbid("starting a thread", _thread.start_new_thread)
     if hasattr(_thread, "start_joinable_thread"):
         _thread.start_joinable_thread = forbid("starting a thread", _thread.start_joinable_thread)
+    # threading keeps its own references to the _thread functions; a candidate can reach them too.
+    for alias in ("_start_new_thread", "_start_joinable_thread"):
+        if hasattr(threading, alias):
+            setattr(threading, alias, forbid("starting a thread", getattr(threading, alias)))
     import subprocess
 
     subprocess.Popen.__init__ = forbid("starting a process", subprocess.Popen.__init__)

@@ -60,7 +60,8 @@ def flush_l2(flush: torch.Tensor) -> None:
 def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, reps: int = MIN_REPS,
             warmup: int = 3, flush: torch.Tensor | None = None, keep: Callable[[int, Any], None] | None = None,
             sync: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
-            hide_host_ns: int = 1_000_000) -> Samples:
+            hide_host_ns: int = 1_000_000, record: Callable[..., Any] | None = None,
+            elapsed: Callable[..., float] | None = None, spin: Callable[[int], Any] | None = None) -> Samples:
     """Time `run(i)` for input sets i = 0, 1, ..., n_sets-1, 0, ... on a CUDA device.
 
     `sync` and `clock` are passed in so a worker can use the functions it captured before a candidate
@@ -68,6 +69,9 @@ def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, rep
     """
     if device.type != "cuda":
         raise ValueError("timing needs a CUDA device")
+    record = record or torch.cuda.Event.record
+    elapsed = elapsed or torch.cuda.Event.elapsed_time
+    spin = spin or torch.cuda._sleep
     sync = sync or (lambda: torch.cuda.synchronize(device))
     flush = flush if flush is not None else flush_buffer(device)
     for w in range(warmup):
@@ -87,16 +91,16 @@ def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, rep
             # Keep the GPU busy while the host prepares the call, so the events measure device time and
             # not the same constant launch overhead on every side; gaps between a call's own kernels
             # still count.
-            torch.cuda._sleep(int(hide_host_ns * _cycles_per_ns(device)))
-        starts[r].record(stream)
+            spin(int(hide_host_ns * _cycles_per_ns(device, record, elapsed, spin)))
+        record(starts[r], stream)
         out = run(i)
-        ends[r].record(stream)
+        record(ends[r], stream)
         sync()
         walls.append((clock() - t0) * 1e3)
         if keep is not None:
             keep(i, out)
         del out
-    samples.event_ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    samples.event_ms = [elapsed(s, e) for s, e in zip(starts, ends)]
     samples.wall_ms = walls
     return samples
 
@@ -104,19 +108,21 @@ def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, rep
 _CLOCK_GHZ: dict[int, float] = {}
 
 
-def _cycles_per_ns(device: torch.device) -> float:
+def _cycles_per_ns(device: torch.device, record: Callable[..., Any], elapsed: Callable[..., float],
+                   spin: Callable[[int], Any]) -> float:
     """The SM clock in GHz (cycles per ns), measured once with a timed spin."""
     idx = device.index or 0
     if idx not in _CLOCK_GHZ:
         rates = []
-        torch.cuda._sleep(20_000_000)  # let the clock ramp up from idle first
+        spin(20_000_000)  # let the clock ramp up from idle first
+        stream = torch.cuda.current_stream(device)
         for _ in range(3):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            torch.cuda._sleep(5_000_000)
-            e.record()
+            record(s, stream)
+            spin(5_000_000)
+            record(e, stream)
             torch.cuda.synchronize(device)
-            rates.append(5_000_000 / (s.elapsed_time(e) * 1e6))
+            rates.append(5_000_000 / (elapsed(s, e) * 1e6))
         # The highest rate seen: a spin sized with it lasts at least as long as asked.
         _CLOCK_GHZ[idx] = max(rates)
     return _CLOCK_GHZ[idx]

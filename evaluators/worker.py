@@ -63,6 +63,13 @@ def _warm(dev: Any) -> None:
     del x, y
 
 
+def _thread_count() -> int:
+    """Threads alive besides the main one, however they were started (threading or raw _thread)."""
+    import _thread
+
+    return _thread._count()
+
+
 def _error_kind(e: BaseException) -> str:
     import torch
 
@@ -123,6 +130,12 @@ class Session:
         self.recorder_cls = guards.OpRecorder
         # Everything the harness calls from here on, captured before the candidate can replace it.
         self._sync = torch.cuda.synchronize if self.dev.type == "cuda" else (lambda *a: None)
+        if self.dev.type == "cuda":  # the timing primitives, as they were before any candidate ran
+            self._record = torch.cuda.Event.record
+            self._elapsed = torch.cuda.Event.elapsed_time
+            self._spin = torch.cuda._sleep
+        else:
+            self._record = self._elapsed = self._spin = None
         self._perf = time.perf_counter
         self._send = wire.send
         self._recv = wire.recv
@@ -167,7 +180,6 @@ class Session:
 
     def load(self, header: dict[str, Any], payload: Any) -> None:
         import importlib.util
-        import threading
 
         torch = self.torch
         source, init_args, state = payload["source"], payload["init_args"], payload["state"]
@@ -175,7 +187,7 @@ class Session:
         self.guard.allow_streams = bool(payload.get("allow_streams"))
         with open(self.candidate_file, "w") as f:
             f.write(source)
-        self.threads0 = threading.active_count()
+        self.threads0 = _thread_count()
         t0 = self._perf()
         try:
             spec = importlib.util.spec_from_file_location("kw_candidate", self.candidate_file)
@@ -204,7 +216,7 @@ class Session:
         self.model = model
         tampered = self._tampered()
         self.reply({"ok": True, "import_s": import_s, **self._take(), "tampered": tampered,
-                    "threads": threading.active_count() - self.threads0})
+                    "threads": _thread_count() - self.threads0})
 
     def _place_inputs(self, inputs: list[Any], layouts: list[Any], reuse: bool) -> list[Any]:
         torch = self.torch
@@ -231,7 +243,6 @@ class Session:
         return placed
 
     def call(self, header: dict[str, Any], payload: Any) -> None:
-        import threading
 
         torch = self.torch
         guard = self.guard
@@ -273,7 +284,7 @@ class Session:
         plain = [o for o in outs if type(o) is torch.Tensor]  # noqa: E721
         kernel_time = self._kernel_times(prof, rec) if prof is not None else None
         header_out = {"ok": True, "forward_s": forward_s, **rec, "tampered": tampered, "outputs": metas,
-                      "threads": threading.active_count() - self.threads0, "kernel_time": kernel_time}
+                      "threads": _thread_count() - self.threads0, "kernel_time": kernel_time}
         if len(plain) != len(outs):
             return self.reply(header_out, {"outputs": [], "inputs_after": []})
         self._hold(plain)
@@ -360,6 +371,7 @@ class Session:
         try:
             with torch.no_grad():
                 samples = measure(run, len(sets), self.dev, reps=int(header["reps"]), warmup=int(header["warmup"]),
+                                  record=self._record, elapsed=self._elapsed, spin=self._spin,
                                   flush=flush_buffer(self.dev), keep=keep, sync=self._sync, clock=self._perf)
         except BaseException as e:  # noqa: BLE001
             guard.forward_active = False
@@ -368,6 +380,7 @@ class Session:
         outs = [kept.get(i, []) for i in range(len(sets))]
         bad = [o for group in outs for o in group if type(o) is not torch.Tensor]  # noqa: E721
         header_out = {"ok": True, **rec, "tampered": self._tampered(), "event_ms": samples.event_ms,
+                      "threads": _thread_count() - self.threads0,
                       "wall_ms": samples.wall_ms, "counts": [len(o) for o in outs], "bad_outputs": len(bad)}
         self.reply(header_out, {"outputs": [] if bad else [o for group in outs for o in group]})
 

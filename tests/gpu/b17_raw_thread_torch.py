@@ -1,6 +1,5 @@
 """EXPECT: forbidden_call|forbidden_op|decoy_kernel
 PROBLEM: add_problem.py
-KNOWN_HOLE: threads started through threading._start_new_thread are neither refused, counted nor op-recorded
 
 A background thread used to hide PyTorch compute (class 17 as a way into class 1). The thread is started
 through threading's own alias of the low-level starter (threading._start_new_thread; _start_joinable_thread
