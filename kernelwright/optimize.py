@@ -141,6 +141,7 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
             for update in graph.stream(state, config, context=ctx, stream_mode="updates"):
                 last = _last_verdict(update)
                 live.update(_view(run.info(), last))
+        console.print()
     except KeyboardInterrupt:
         run.update(status="interrupted", stop_reason="aborted by a second Ctrl-C; resume with --resume")
     finally:
