@@ -57,6 +57,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     args = ap.parse_args()
     llm.register("scripted:bench", Scripted(script=script(args.steps)))
+    # On the CPU nothing is timed, so no child is ever admitted and the plateau rule would stop the run
+    # after 20 steps; this measurement needs all of them.
+    from kernelwright.agents import roles
+
+    roles.stop_reason = lambda *a, **k: None
     run_dir = Path(tempfile.mkdtemp(prefix="kw-loop-"))
     t0 = time.time()
     summary = run_optimize(problem=PROBLEM, seed_kernel=SEED, model="scripted:bench", base_url=None, role_models=[],
