@@ -35,14 +35,12 @@ ALLOWED_OPS = ALLOC_OPS | {
     "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "as_strided_", "expand", "permute",
     "transpose", "t", "unsqueeze", "squeeze", "select", "slice", "split", "split_with_sizes", "unbind",
     "chunk", "narrow", "alias", "detach", "detach_", "lift_fresh", "lift_fresh_copy", "view_as_real",
-    "view_as_complex", "unflatten", "flatten", "movedim", "diagonal", "expand_as", "view_as", "_local_scalar_dense_forbidden",
+    "view_as_complex", "unflatten", "flatten", "movedim", "diagonal", "expand_as", "view_as",
     "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_contiguous", "dim", "size", "stride",
-    "numel", "is_same_size", "_has_compatible_shallow_copy_type", "record_stream", "set_",
+    "numel", "is_same_size", "_has_compatible_shallow_copy_type", "record_stream",
     # layout copies
     "clone", "contiguous", "copy_", "_to_copy", "to", "_copy_from", "_copy_from_and_resize",
 }
-ALLOWED_OPS.discard("_local_scalar_dense_forbidden")
-ALLOWED_OPS.discard("set_")
 
 _getframe = sys._getframe  # captured before `_patch_escapes` wraps it for the candidate
 
