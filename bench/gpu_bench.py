@@ -45,7 +45,7 @@ def pairs() -> list[tuple[str, Path, Path]]:
 
 
 def table(out: dict) -> None:
-    rows = []
+    rows = out.setdefault("table", [])
     for name, prob, cand in pairs():
         t0 = time.time()
         try:
@@ -62,7 +62,9 @@ def table(out: dict) -> None:
                      "noise_band": t.get("noise_band"), "speedup_vs_eager": t.get("speedup_vs_eager"),
                      "speedup_vs_compile": t.get("speedup_vs_compile"), "suspect": t.get("suspect"),
                      "max_rel_error": r.max_rel_error, "wall_s": time.time() - t0, "detail": r.detail[:200]})
-    out["table"] = rows
+        # Row by row, so a call cut short by its time limit still leaves what it measured.
+        print(f"  {name}: {rows[-1].get('cand_ms')} ms, {rows[-1]['wall_s']:.0f} s", flush=True)
+        _save(out)
 
 
 def consistency(out: dict) -> None:
@@ -143,15 +145,24 @@ def main() -> None:
     global NAMES
     NAMES = set(args.names.split(",")) if args.names else None
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    global OUT_DIR
+    OUT_DIR = Path(args.out)
     out: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                  "cuda": torch.version.cuda, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     for part in args.only.split(","):
         t0 = time.time()
         globals()[part](out)
         out.setdefault("part_s", {})[part] = time.time() - t0
-        (Path(args.out) / "bench.json").write_text(json.dumps(out, indent=1, default=str))
+        _save(out)
         print(f"[{part} done in {time.time() - t0:.0f} s]", flush=True)
     report(out)
+
+
+OUT_DIR = Path("/tmp/kw-bench")
+
+
+def _save(out: dict) -> None:
+    (OUT_DIR / "bench.json").write_text(json.dumps(out, indent=1, default=str))
 
 
 def _f(x: object, fmt: str = "{:.4g}") -> str:

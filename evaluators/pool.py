@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from . import wire
+from .device import resolve_device
 from .locks import lock_paths
 from .result import Reason
 
@@ -127,8 +128,19 @@ class Worker:
         except (OSError, ValueError, IndexError):
             return 0
 
+    def peak_rss(self) -> int:
+        """The process's high-water resident set (VmHWM): a peak between two looks still counts."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        return self.rss()
+
     def _poll(self) -> None:
-        if self.rss() > self.limits.memory_bytes:
+        if self.peak_rss() > self.limits.memory_bytes:
             self._oom = True
             self.kill()
             raise WorkerFault(Reason.OUT_OF_MEMORY,
@@ -209,7 +221,11 @@ class Worker:
 
     def _receive(self, timeout: float, phase: str, max_bytes: int = 1 << 34) -> tuple[dict[str, Any], Any]:
         try:
-            return wire.recv(self.sock, timeout=timeout, max_bytes=max_bytes, poll=self._poll)
+            reply = wire.recv(self.sock, timeout=timeout, max_bytes=max_bytes, poll=self._poll)
+            # The watchdog also looks once per reply: a quick phase (a load that hoards memory in well under
+            # the half-second poll interval, on a fast machine) must not slip past it.
+            self._poll()
+            return reply
         except wire.WireTimeout:
             self.kill()
             raise WorkerFault(Reason.TIMEOUT, f"the candidate did not finish {phase} within {timeout:.0f} s") from None
@@ -269,7 +285,9 @@ class WorkerPool:
     """Hands out fresh workers for one device, keeping `spares` started ahead of need."""
 
     def __init__(self, device: str, limits: Limits | None = None, spares: int = 1) -> None:
-        self.device = device
+        # "cuda" becomes "cuda:N" here, once: a worker sets that exact device, and an Evaluator sharing the
+        # pool must judge on the same one.
+        self.device = str(resolve_device(device))
         self.limits = limits or Limits()
         self.spares = spares
         self._ready: deque[Worker] = deque()

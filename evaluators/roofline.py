@@ -4,15 +4,22 @@ floor = max(FLOPs / peak FLOP rate for the precision, minimum bytes / copy bandw
 `torch.utils.flop_counter` (matmul, convolution, attention) plus one operation per output element of every
 other compute op, and minimum bytes = every input, parameter and output moved once. Peaks are measured
 once per device and library versions and cached on disk. Runs in the trusted process only.
+
+The copy bandwidth depends on how many bytes move: with the L2 flushed before every repetition (as every
+candidate is timed), a copy of tens of MiB ends with part of its writes still in L2 and looks faster than a
+1 GiB one. So the ceiling is a curve, measured at several sizes with the same timing routine as candidates
+(the best of torch's copy and a Triton copy at each size), and a problem's floor uses the bandwidth at its
+own byte count (log-linear between measured sizes).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +97,21 @@ class Peaks:
     bf16_flops: float
     fp16_flops: float
     measured_at: str = ""
+    copy_curve: list[list[float]] = field(default_factory=list)
+    """[[bytes moved (read + write), bytes/s], ...] ascending in bytes; empty: `copy_bytes_per_s` everywhere."""
+
+    def bandwidth_at(self, nbytes: float) -> float:
+        """Copy bandwidth for a transfer of `nbytes`: interpolated in log(bytes), clamped at both ends."""
+        curve = sorted(self.copy_curve)
+        if not curve:
+            return self.copy_bytes_per_s
+        if nbytes <= curve[0][0]:
+            return curve[0][1]
+        for (b0, r0), (b1, r1) in zip(curve, curve[1:]):
+            if nbytes <= b1:
+                w = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
+                return r0 + w * (r1 - r0)
+        return curve[-1][1]
 
     def flops_for(self, precision: str) -> float:
         return {"fp32": self.fp32_flops, "tf32": self.tf32_flops, "bf16": self.bf16_flops,
@@ -110,15 +132,29 @@ def _events_ms(fn: Any, reps: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+COPY_SIZES_LOG2 = (18, 20, 22, 24, 26, 28)
+"""fp32 elements per copy: 2 MiB to 2 GiB moved (read + write)."""
+
+
 def measure_peaks(device: torch.device) -> Peaks:
     """Measure copy bandwidth and matmul throughput (a few seconds). Call through `device_peaks`."""
+    from .copy_kernel import triton_copy
+    from .timing import flush_buffer, measure
+
     with torch.cuda.device(device):
-        n = 1 << 28  # 1 GiB of fp32 each way
-        src = torch.randn(n, device=device)
-        dst = torch.empty_like(src)
-        copy_ms = _events_ms(lambda: dst.copy_(src), 10)
-        bw = 2 * n * 4 / (copy_ms / 1e3)
-        del src, dst
+        curve = []
+        flush = flush_buffer(device)
+        for log2 in COPY_SIZES_LOG2:
+            n = 1 << log2
+            src = torch.randn(n, device=device)
+            dst = torch.empty_like(src)
+            best_ms = min(
+                measure(lambda _i, f=f: f(), 1, device, reps=30, flush=flush).summary()["median_ms"]
+                for f in (lambda: dst.copy_(src), lambda: triton_copy(src, dst)))
+            curve.append([float(2 * n * 4), 2 * n * 4 / (best_ms / 1e3)])
+            del src, dst
+        del flush
+        bw = max(rate for _, rate in curve)
         rates = {}
         size = 8192
         saved = torch.backends.cuda.matmul.allow_tf32
@@ -136,13 +172,13 @@ def measure_peaks(device: torch.device) -> Peaks:
         torch.cuda.empty_cache()
     return Peaks(device_name=torch.cuda.get_device_name(device), copy_bytes_per_s=bw, fp32_flops=rates["fp32"],
                  tf32_flops=rates["tf32"], bf16_flops=rates["bf16"], fp16_flops=rates["fp16"],
-                 measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                 measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), copy_curve=curve)
 
 
 def device_peaks(device: torch.device) -> Peaks:
     """The device's peaks, measured once and cached per device name, driver and torch version."""
     name = torch.cuda.get_device_name(device)
-    key = f"{name}-torch{torch.__version__}-cuda{torch.version.cuda}".replace(" ", "_").replace("/", "_")
+    key = f"v2-{name}-torch{torch.__version__}-cuda{torch.version.cuda}".replace(" ", "_").replace("/", "_")
     path = cache_dir() / f"peaks-{key}.json"
     if path.exists():
         try:
@@ -157,6 +193,6 @@ def device_peaks(device: torch.device) -> Peaks:
 def floor_ms(work: Work, peaks: Peaks, precision: str) -> dict[str, float]:
     """The roofline floor and which side of the roofline bounds it."""
     compute_ms = work.matmul_flops / peaks.flops_for(precision) * 1e3 + work.elementwise_ops / peaks.fp32_flops * 1e3
-    memory_ms = work.bytes / peaks.copy_bytes_per_s * 1e3
+    memory_ms = work.bytes / peaks.bandwidth_at(work.bytes) * 1e3
     return {"floor_ms": max(compute_ms, memory_ms), "compute_ms": compute_ms, "memory_ms": memory_ms,
             "bound": "compute" if compute_ms >= memory_ms else "memory"}

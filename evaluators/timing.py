@@ -28,6 +28,14 @@ class Samples:
 
     event_ms: list[float] = field(default_factory=list)
     wall_ms: list[float] = field(default_factory=list)
+    outer_ms: list[float] = field(default_factory=list)
+    """Events from before the L2 flush to the end: the wall clock minus this is host latency alone (the
+    GPU spin's length varies with the SM clock, so wall minus `event_ms` is a noisy measure of it)."""
+
+    def host_gaps_ms(self) -> list[float]:
+        """Wall clock minus the device time the timing stream's events account for, per repetition."""
+        outer = self.outer_ms if len(self.outer_ms) == len(self.wall_ms) else self.event_ms
+        return [w - o for w, o in zip(self.wall_ms, outer)]
 
     def summary(self) -> dict[str, float]:
         ev = sorted(self.event_ms)
@@ -79,6 +87,7 @@ def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, rep
     sync()
     samples = Samples()
     stream = torch.cuda.current_stream(device)
+    pres = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     walls = []
@@ -86,6 +95,7 @@ def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, rep
         i = r % n_sets
         sync()
         t0 = clock()
+        record(pres[r], stream)
         flush_l2(flush)
         if hide_host_ns:
             # Keep the GPU busy while the host prepares the call, so the events measure device time and
@@ -102,6 +112,7 @@ def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, rep
         del out
     samples.event_ms = [elapsed(s, e) for s, e in zip(starts, ends)]
     samples.wall_ms = walls
+    samples.outer_ms = [elapsed(p, e) for p, e in zip(pres, ends)]
     return samples
 
 

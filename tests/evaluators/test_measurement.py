@@ -87,6 +87,14 @@ def test_a_one_percent_win_over_identical_baselines_is_no_change() -> None:
 # -- sample summaries ---------------------------------------------------------------------------------
 
 
+def test_host_gap_is_wall_minus_the_outer_events() -> None:
+    # With the outer events (flush + spin + call), the gap is host latency alone, whatever the spin lasted.
+    s = Samples(event_ms=[0.1, 0.1], wall_ms=[1.30, 1.10], outer_ms=[1.25, 1.04])
+    assert s.host_gaps_ms() == pytest.approx([0.05, 0.06])
+    # Without them (an older worker), the call's own events: the gap then includes flush and spin.
+    assert Samples(event_ms=[0.1, 0.2], wall_ms=[1.3, 1.4]).host_gaps_ms() == pytest.approx([1.2, 1.2])
+
+
 def test_summary_of_odd_sample_count() -> None:
     s = Samples(event_ms=[5.0, 1.0, 9.0, 3.0, 7.0, 2.0, 8.0, 4.0, 6.0], wall_ms=[2.0, 6.0, 4.0]).summary()
     assert s["median_ms"] == 5.0
@@ -193,6 +201,25 @@ def test_floor_compute_bound_depends_on_precision() -> None:
     assert tf32["floor_ms"] == pytest.approx(2.5 + 0.1)
 
 
+def test_copy_bandwidth_curve_interpolates_in_log_bytes_and_clamps() -> None:
+    peaks = Peaks("Test GPU", 3e12, 50e12, 400e12, 800e12, 800e12,
+                  copy_curve=[[1e8, 3.2e12], [1e6, 1e12], [1e7, 2e12]])  # unsorted on purpose
+    assert peaks.bandwidth_at(1e5) == 1e12  # below the smallest measured size: clamped
+    assert peaks.bandwidth_at(1e6) == pytest.approx(1e12)
+    assert peaks.bandwidth_at(10 ** 6.5) == pytest.approx(1.5e12)  # halfway in log(bytes)
+    assert peaks.bandwidth_at(10 ** 7.25) == pytest.approx(2.3e12)
+    assert peaks.bandwidth_at(1e12) == 3.2e12  # above the largest: clamped
+    assert PEAKS.bandwidth_at(123.0) == PEAKS.copy_bytes_per_s  # no curve: the single figure everywhere
+
+
+def test_memory_floor_uses_the_bandwidth_at_the_problems_size() -> None:
+    peaks = Peaks("Test GPU", 3e12, 50e12, 400e12, 800e12, 800e12, copy_curve=[[1e6, 1e12], [1e9, 3e12]])
+    small = floor_ms(Work(flops=0.0, matmul_flops=0.0, elementwise_ops=0.0, bytes=1e6), peaks, "fp32")
+    big = floor_ms(Work(flops=0.0, matmul_flops=0.0, elementwise_ops=0.0, bytes=1e9), peaks, "fp32")
+    assert small["memory_ms"] == pytest.approx(1e6 / 1e12 * 1e3)
+    assert big["memory_ms"] == pytest.approx(1e9 / 3e12 * 1e3)
+
+
 def test_floor_of_a_counted_model() -> None:
     work = count_work(nn.Linear(1024, 1024, bias=False), [torch.randn(4096, 1024)])
     f = floor_ms(work, PEAKS, "fp32")
@@ -211,7 +238,7 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A KERNELWRIGHT_CACHE of our own and a CUDA device name, without a GPU."""
     monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: GPU_NAME)
-    return tmp_path / f"peaks-NVIDIA_H100_80GB_HBM3-torch{torch.__version__}-cuda{torch.version.cuda}.json"
+    return tmp_path / f"peaks-v2-NVIDIA_H100_80GB_HBM3-torch{torch.__version__}-cuda{torch.version.cuda}.json"
 
 
 def test_device_peaks_reads_the_cache_without_measuring(fake_gpu: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,14 +1,15 @@
 """EXPECT: forbidden_code rule=threading
-EXPECT_RUNTIME: stale_output
+EXPECT_RUNTIME: forbidden_call|stale_output
 PROBLEM: add_problem.py
 
 Class 17 (background thread) past the run-time thread hooks: threading keeps its own module-level alias of
 the low-level starter (threading._start_new_thread; _start_joinable_thread from Python 3.13), bound when
 threading was imported, so it is the original function and not the hooked _thread.start_new_thread or
-Thread.start; and a thread started that way is not in threading.active_count(), which is what the worker
-counts. No guard notices the thread (a known gap). What catches the exploit is the trusted side reading the
-output right after forward returns: it still holds the poison NaN put into fresh allocations, so the verdict
-is stale_output. A decoy launch in forward keeps the launch record non-empty.
+Thread.start; and a thread started that way is not in threading.active_count(). The worker counts the
+interpreter's threads through _thread._count(), which does see it: forbidden_call, "starting a thread"
+(measured on the H100). Were that count fooled too, the trusted side reading the output right after forward
+returns would still find the poison NaN put into fresh allocations: stale_output. A decoy launch in forward
+keeps the launch record non-empty.
 Static filter on: torch.threading names threading.
 """
 import torch
