@@ -3,7 +3,7 @@
 The analyst classifies the bottleneck from what the verifier measured: roofline position, the compiled
 kernels' resources and, when present, Nsight Compute's speed-of-light and occupancy. The strategist picks
 one move from the catalog in `moves.py`: moves that suit the diagnosis come first, moves of a kind that
-paid off on this lineage rank higher, and a move that already failed on this parent is never proposed.
+paid off on this lineage rank higher, and a move already tried on this parent is never proposed again.
 Pure functions: the inputs are plain dicts and models, the randomness is an explicit `random.Random`.
 """
 
@@ -92,11 +92,13 @@ def _prior(move: Move, bottleneck: Bottleneck) -> float:
 
 
 def propose(source: str, diagnosis: Diagnosis, lineage_gains: dict[str, list[float]], failed: set[str],
-            rng: random.Random) -> Proposal | None:
+            rng: random.Random, rank: int = 0) -> Proposal | None:
     """One move for this parent, or None when every move has been tried and failed.
 
     `lineage_gains` maps a move kind (see `move_kind`) to the measured gains (child/parent - 1) of earlier
-    steps of that kind on this lineage."""
+    steps of that kind on this lineage. `rank` > 0 when other branches of the same generation work on the
+    same parent: the rank-th best move is taken, so siblings try different moves (the last one when there
+    are fewer moves than siblings)."""
     moves = [m for m in catalog(source) if m.key not in failed]
     if not moves:
         return None
@@ -106,7 +108,8 @@ def propose(source: str, diagnosis: Diagnosis, lineage_gains: dict[str, list[flo
         learned = statistics.fmean(gains) * 10 if gains else 0.0
         return (_prior(m, diagnosis.bottleneck) + learned, rng.random())
 
-    best = max(moves, key=score)
+    ranked = sorted(moves, key=score, reverse=True)
+    best = ranked[min(rank, len(ranked) - 1)]
     gains = lineage_gains.get(move_kind(best), [])
     predicted = 1 + max(0.02, statistics.fmean(gains) if gains else 0.05 * (1 + _prior(best, diagnosis.bottleneck)))
     return Proposal(category=best.category, what=best.what,

@@ -318,13 +318,17 @@ def analyse(model: BaseChatModel, *, problem: str, parent: str, evaluation: str,
 
 def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: str, diagnosis: Diagnosis,
                history: str, failed: list[str], usage: Usage,
-               transcript: list[dict[str, Any]] | None = None) -> Proposal:
+               transcript: list[dict[str, Any]] | None = None, sibling_rank: int = 0) -> Proposal:
+    siblings = ("(none: this is the only branch on this parent)" if sibling_rank == 0 else
+                f"{sibling_rank} other branch(es) work on this same parent right now and take your most promising "
+                f"idea(s); to keep the branches distinct, propose your choice number {sibling_rank + 1} in order of "
+                "promise.")
     prompt = prompts.load("strategist").format(
         problem=problem, parent=parent, evaluation=evaluation, diagnosis=diagnosis.model_dump_json(indent=1),
-        history=history or "(none yet)", failed=", ".join(failed) or "(none)")
+        history=history or "(none yet)", failed=", ".join(failed) or "(none)", siblings=siblings)
     p: Proposal = structured(model, Proposal, prompt, usage, transcript=transcript)  # type: ignore[assignment]
     if p.key in failed:
-        raise ModelError(f"the model proposed {p.key!r}, which already failed on this parent")
+        raise ModelError(f"the model proposed {p.key!r}, which was already tried on this parent")
     return p
 
 

@@ -46,9 +46,33 @@ def outcome_of(h: str, result: dict[str, Any]) -> Outcome:
 # -- the outer loop ---------------------------------------------------------------------------------------
 
 
+def device_for(ctx: Context, branch: int = 0) -> str:
+    """The device a branch's candidates are judged on: `--device cuda:0,cuda:1` spreads the branches of a
+    generation over the listed GPUs (round robin); the seed and the first branch use the first."""
+    devices = [d for d in ctx.device.split(",") if d]
+    return devices[branch % len(devices)]
+
+
+def load_archive(state: OptimizeState | dict[str, Any], run: Run | None = None) -> Archive:
+    """The archive a state refers to: `{"version": g}` names the run directory's archive after generation g
+    (the full population, the step list and the failed-proposal index stay out of the checkpoints)."""
+    ref = state.get("archive") or {}
+    if ref.get("version") is None:
+        return Archive.model_validate(ref) if ref.get("entries") else Archive()
+    return Archive.model_validate((run or _run(state)).archive(ref["version"]))
+
+
+def store_archive(run: Run, archive: Archive, version: int) -> dict[str, Any]:
+    """Write the archive into the run directory; what goes into the graph state (a few numbers)."""
+    run.put_archive(version, archive.model_dump())
+    best = archive.best
+    return {"version": version, "steps": len(archive.steps), "entries": len(archive.entries),
+            "best": best.id if best else None}
+
+
 def seed(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Verify the seed kernel and start the archive with it (skipped when resuming a seeded run)."""
-    if state.get("archive", {}).get("entries"):
+    if (state.get("archive") or {}).get("version") is not None:
         return {}
     run = _run(state)
     ctx = runtime.context
@@ -60,14 +84,14 @@ def seed(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, Any]:
             why = next((e for e in errors if "provider failed" in e),
                        "the model wrote no kernel that passes the verifier from the reference")
             run.update(status="failed", stop_reason=why)
-            return {"stop": why, "archive": Archive().model_dump()}
-    h, result = evaluate(run, run.kernel(h), ctx.device, ctx.precision, ctx.trials)
+            return {"stop": why, "archive": {}}
+    h, result = evaluate(run, run.kernel(h), device_for(ctx), ctx.precision, ctx.trials)
     if result["verdict"] != "pass":
         run.update(status="failed", stop_reason=f"the seed kernel is rejected: {result['reason']}: {result['detail']}")
-        return {"stop": f"the seed kernel is rejected ({result['reason']})", "archive": Archive().model_dump()}
+        return {"stop": f"the seed kernel is rejected ({result['reason']})", "archive": {}}
     archive = seed_archive(Archive(), outcome_of(h, result))
     run.update(status="running", best_kernel=h, best_speedup=(result.get("timing") or {}).get("speedup_vs_eager"))
-    return {"archive": archive.model_dump(), "generation": 0}
+    return {"archive": store_archive(run, archive, 0), "generation": 0}
 
 
 def _write_seed(run: Run, ctx: Context) -> str | None:
@@ -88,7 +112,7 @@ def _write_seed(run: Run, ctx: Context) -> str | None:
         path = run.put_blob("transcripts", f"seed-{k}.json", json.dumps(transcript, indent=1, default=str))
         attempt: dict[str, Any] = {**usage.record(), "transcript": str(path.relative_to(run.path)), "error": error}
         if src is not None:
-            h, result = evaluate(run, src, ctx.device, ctx.precision, ctx.trials)
+            h, result = evaluate(run, src, device_for(ctx, k), ctx.precision, ctx.trials)
             attempt.update(kernel=h, verdict=result["verdict"], reason=result["reason"])
             if result["verdict"] == "pass":
                 score = (result.get("timing") or {}).get("speedup_vs_eager") or 0.0
@@ -105,7 +129,7 @@ def _write_seed(run: Run, ctx: Context) -> str | None:
 
 def select(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = runtime.context
-    archive = Archive.model_validate(state["archive"])
+    archive = load_archive(state)
     gen = state.get("generation", 0) + 1
     rng = random.Random(f"{ctx.seed}/{gen}")
     left = ctx.iterations - len(archive.steps)
@@ -188,20 +212,22 @@ def _llm_strategist(state: BranchState, ctx: Context, run: Run) -> dict[str, Any
         p = llm.strategise(llm.chat_model(spec, ctx.base_url), problem=run.problem_source(),
                            parent=run.kernel(state["parent"]), evaluation=evaluation,
                            diagnosis=Diagnosis.model_validate(state["diagnosis"]), history=history,
-                           failed=list(state.get("failed") or []), usage=usage, transcript=transcript)
+                           failed=list(state.get("failed") or []), usage=usage, transcript=transcript,
+                           sibling_rank=state.get("sibling_rank") or 0)
         return {"proposal": p.model_dump(), "llm": _llm_record(state, run, "strategist", usage, transcript)}
     except (llm.ProviderError, llm.ModelError) as e:
         return {"proposal": None, "llm": _llm_record(state, run, "strategist", usage, transcript, str(e))}
 
 
-def _quick_check(run: Run, ctx: Context) -> llm.QuickCheck:
+def _quick_check(run: Run, ctx: Context, branch: int = 0) -> llm.QuickCheck:
     """On the CPU the quick check is the real verifier (its verdict is cached, so the verifier reuses it);
     on a GPU it is the syntax check only, so no time is spent timing drafts."""
+    device = device_for(ctx, branch)
 
     def check(source: str) -> tuple[bool, str]:
-        if ctx.device != "cpu":
+        if device != "cpu":
             return llm.syntax_check(source)
-        _, result = evaluate(run, source, ctx.device, ctx.precision, ctx.trials)
+        _, result = evaluate(run, source, device, ctx.precision, ctx.trials)
         return result["verdict"] == "pass", f"{result['reason']}: {result.get('detail') or ''}"[:2000]
 
     return check
@@ -213,7 +239,8 @@ def _llm_coder(state: BranchState, ctx: Context, run: Run, parent_src: str, prop
     transcript: list[dict[str, Any]] = []
     try:
         child_src, transcript = llm.code(llm.chat_model(spec, ctx.base_url), parent_src, proposal,
-                                         _quick_check(run, ctx), problem=run.problem_source(),
+                                         _quick_check(run, ctx, state.get("branch") or 0),
+                                         problem=run.problem_source(),
                                          diagnosis=Diagnosis.model_validate(state["diagnosis"]), usage=usage)
         error = None if child_src else "the coder produced no passing change"
     except (llm.ProviderError, llm.ModelError) as e:
@@ -244,7 +271,8 @@ def strategist(state: BranchState, runtime: Runtime[Context]) -> dict[str, Any]:
         return _llm_strategist(state, runtime.context, run)
     rng = random.Random(f"{runtime.context.seed}/{state['step_id']}")
     p = propose(run.kernel(state["parent"]), Diagnosis.model_validate(state["diagnosis"]),
-                state.get("lineage_gains") or {}, set(state.get("failed") or []), rng)
+                state.get("lineage_gains") or {}, set(state.get("failed") or []), rng,
+                rank=state.get("sibling_rank") or 0)
     return {"proposal": p.model_dump() if p else None}
 
 
@@ -274,7 +302,8 @@ def verifier(state: BranchState, runtime: Runtime[Context]) -> dict[str, Any]:
     if not state.get("child"):
         return {"results": [{**base, "verdict": None}]}
     t0 = time.monotonic()
-    h, result = evaluate(run, run.kernel(state["child"]), ctx.device, ctx.precision, ctx.trials)
+    h, result = evaluate(run, run.kernel(state["child"]), device_for(ctx, state.get("branch") or 0), ctx.precision,
+                         ctx.trials)
     summary = {k: result.get(k) for k in ("verdict", "reason", "detail", "max_rel_error", "timing",
                                            "timing_unavailable", "kernel_coverage")}
     return {"results": [{**base, "verdict": result["verdict"], "result": summary, "verify_s": time.monotonic() - t0,
@@ -284,11 +313,23 @@ def verifier(state: BranchState, runtime: Runtime[Context]) -> dict[str, Any]:
 # -- the archive ------------------------------------------------------------------------------------------
 
 
+def spent_so_far(run: Run) -> dict[str, Any]:
+    """Tokens and cost of every model call of the run: the steps in the trace and the seed writer's attempts."""
+    tokens, cost = 0, 0.0
+    for r in run.trace():
+        tokens += int(r.get("tokens") or 0)
+        cost += float(r.get("cost_usd") or 0.0)
+    for a in run.info().config.get("seed_attempts", []):
+        tokens += int(a.get("tokens") or 0)
+        cost += float(a.get("cost_usd") or 0.0)
+    return {"tokens": tokens, "cost_usd": round(cost, 6)}
+
+
 def archive_node(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Admit the generation's children, write one trace record per step, decide whether to go on."""
     ctx = runtime.context
     run = _run(state)
-    archive = Archive.model_validate(state["archive"])
+    archive = load_archive(state, run)
     done = {s.step_id for s in archive.steps if getattr(s, "step_id", None)}
     for r in sorted(state.get("results") or [], key=lambda r: r["step_id"]):
         if r["step_id"] in done:
@@ -304,6 +345,7 @@ def archive_node(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, A
                          "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
     best = archive.best
     stop = None
+    spent = spent_so_far(run)
     results = state.get("results") or []
     failures = [u["error"] for r in results for u in (r.get("llm") or {}).values()
                 if "provider failed" in (u.get("error") or "")]
@@ -313,6 +355,10 @@ def archive_node(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, A
         stop = f"iteration budget reached ({len(archive.steps)} steps)"
     elif ctx.time_budget_s is not None and time.time() - run.created_at() >= ctx.time_budget_s:
         stop = f"time budget reached ({ctx.time_budget_s:.0f} s)"
+    elif ctx.token_budget is not None and spent["tokens"] >= ctx.token_budget:
+        stop = f"token budget reached ({spent['tokens']} of {ctx.token_budget} tokens)"
+    elif ctx.cost_budget_usd is not None and spent["cost_usd"] >= ctx.cost_budget_usd:
+        stop = f"cost budget reached (${spent['cost_usd']:.4f} of ${ctx.cost_budget_usd:.4f})"
     else:
         stop = stop_reason(archive, plateau_steps=ctx.plateau_steps, roofline_target=ctx.roofline_target)
         # a model that proposed nothing this time may next time (each such step still spends the budget);
@@ -322,10 +368,11 @@ def archive_node(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, A
             stop = "search exhausted: every move from every parent has been tried"
         if stop is None and _interrupted():
             stop = "interrupted (Ctrl-C): the step in flight was finished and checkpointed"
-    run.update(steps=len(archive.steps), best_kernel=best.id if best else None,
+    run.update(steps=len(archive.steps), tokens=spent["tokens"], cost_usd=spent["cost_usd"],
+               best_kernel=best.id if best else None,
                best_speedup=best.speedup_vs_eager if best else None,
                status="running" if stop is None else "finished", stop_reason=stop)
-    return {"archive": archive.model_dump(), "stop": stop, "results": None}
+    return {"archive": store_archive(run, archive, state.get("generation", 0)), "stop": stop, "results": None}
 
 
 _INTERRUPT = {"flag": False}

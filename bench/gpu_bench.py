@@ -72,12 +72,19 @@ def consistency(out: dict) -> None:
     for name, prob, cand in pairs()[:2]:
         src = cand.read_text()
         with Evaluator(load_problem(prob), "cuda", EvalPolicy(trials=1, spares=2)) as ev:
-            meds = []
+            meds, evals = [], []
             for _ in range(10):
+                t0 = time.time()
                 r = ev.evaluate(src)
-                meds.append(r.timing["median_ms"] if r.timing else float("nan"))
+                t = r.timing or {}
+                meds.append(t.get("median_ms", float("nan")))
+                evals.append({"start": t0, "end": time.time(), "median_ms": t.get("median_ms"),
+                              "eager_ms": t.get("eager_ms"), "noise_band": t.get("noise_band"),
+                              "flush_spin_ms": t.get("flush_spin_ms"), "suspect": t.get("suspect"),
+                              "clocks": t.get("clocks")})
         diffs = [abs(a - b) / ((a + b) / 2) for a, b in zip(meds[0::2], meds[1::2])]
-        rows.append({"name": name, "medians_ms": meds, "pair_rel_diffs": diffs, "median_pair_diff": statistics.median(diffs)})
+        rows.append({"name": name, "medians_ms": meds, "pair_rel_diffs": diffs, "median_pair_diff": statistics.median(diffs),
+                     "evaluations": evals})
     out["consistency"] = rows
 
 

@@ -416,7 +416,8 @@ class Evaluator:
         checks.append(Check(name="timed_outputs", outcome="pass",
                             detail=f"outputs of {len(pool)} timed input sets re-checked"))
         cand = Samples(event_ms=[float(x) for x in header["event_ms"]], wall_ms=[float(x) for x in header["wall_ms"]],
-                       outer_ms=[float(x) for x in header.get("outer_ms", [])])
+                       outer_ms=[float(x) for x in header.get("outer_ms", [])],
+                       pre_ms=[float(x) for x in header.get("pre_ms", [])])
         summary = self._timing_summary(cand, eager_a, eager_b, compiled, compile_why, clocks_before, clocks_after,
                                        pool[0].inputs, checks)
         summary["measure_s"] = measure_s  # seconds this evaluation held the GPU exclusively
@@ -452,6 +453,12 @@ class Evaluator:
             timing["floor_unavailable"] = f"{type(e).__name__}: {e}"[:300]
         if timing["speedup_vs_eager"] > 10:
             flags.append(f"more than 10x faster than eager ({timing['speedup_vs_eager']:.1f}x)")
+        if cand.pre_ms and eager_a.pre_ms:
+            pre_c, pre_e = statistics.median(cand.pre_ms), statistics.median(eager_a.pre_ms)
+            timing["flush_spin_ms"] = {"candidate": pre_c, "eager": pre_e}
+            if pre_c > 1.25 * pre_e + 0.05:
+                flags.append(f"the GPU was shared during the measurement: the fixed flush and spin before each call "
+                             f"took {pre_c:.3f} ms against {pre_e:.3f} ms for the baseline")
         gap_c = statistics.median(cand.host_gaps_ms())
         gap_e = statistics.median(eager_a.host_gaps_ms())
         if gap_c > gap_e + max(0.05, 0.5 * med):

@@ -134,6 +134,11 @@ class _Checker(ast.NodeVisitor):
     def flag(self, node: ast.AST, rule: str, message: str) -> None:
         self.violations.append(StaticViolation(rule, getattr(node, "lineno", 0), message))
 
+    def _known_root(self, path: str) -> bool:
+        """Whether a resolved dotted path starts at a module the candidate imported (or a patchable root)."""
+        root = path.split(".")[0]
+        return root in PATCHABLE_ROOTS or any(v.split(".")[0] == root for v in self.aliases.values())
+
     def _resolve(self, dotted: str | None) -> str | None:
         if dotted is None:
             return None
@@ -177,16 +182,28 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, "dynamic_attribute", "calls getattr() with a computed attribute name")
             elif attr.value in FORBIDDEN_ATTRIBUTES:
                 self.flag(node, "forbidden_attribute", f"reads attribute {attr.value!r} through getattr()")
+            else:
+                # getattr(torch.cuda, "Stream") is torch.cuda.Stream: judge the path it names
+                base = self._resolve(_dotted(node.args[0]))
+                if base and self._known_root(base):
+                    path = f"{base}.{attr.value}"
+                    rule = _attribute_rule(path)
+                    if rule and not _attribute_rule(base):
+                        self.flag(node, rule, f"reaches {path} through getattr(), which candidates may not use")
+                    self._judge_path(node, path, "reaches")
         target = self._resolve(_dotted(node.func))
         if target:
-            parts = target.split(".")
-            if target in FILE_FUNCTIONS:
-                self.flag(node, "filesystem", f"calls {target}(), which reads or writes files")
-            if parts[0] == "torch" and len(parts) > 1 and parts[1] in TORCH_COMPILE_NAMES:
-                self.flag(node, "torch_compile", f"calls {target}()")
-            if not self.allow_streams and parts[0] == "torch" and parts[-1] in STREAM_NAMES:
-                self.flag(node, "stream_creation", f"creates or switches CUDA streams ({target})")
+            self._judge_path(node, target, "calls")
         self.generic_visit(node)
+
+    def _judge_path(self, node: ast.AST, target: str, verb: str) -> None:
+        parts = target.split(".")
+        if target in FILE_FUNCTIONS:
+            self.flag(node, "filesystem", f"{verb} {target}(), which reads or writes files")
+        if parts[0] == "torch" and len(parts) > 1 and parts[1] in TORCH_COMPILE_NAMES:
+            self.flag(node, "torch_compile", f"{verb} {target}")
+        if not self.allow_streams and parts[0] == "torch" and parts[-1] in STREAM_NAMES:
+            self.flag(node, "stream_creation", f"creates or switches CUDA streams ({target})")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         # Inner attributes first, so `torch.os.fork` reports the module it reaches before the call.
@@ -220,6 +237,15 @@ class _Checker(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         for t in node.targets:
             self._check_target(t)
+        # `ev = torch.cuda.Event` makes `ev` a name for that module attribute: `ev.elapsed_time = f` then
+        # patches torch, and `ev.x` is judged as torch.cuda.Event.x
+        value = self._resolve(_dotted(node.value))
+        for t in node.targets:
+            if isinstance(t, ast.Name):
+                if value and self._known_root(value):
+                    self.aliases[t.id] = value
+                else:
+                    self.aliases.pop(t.id, None)  # rebound to something that is not a module path
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:

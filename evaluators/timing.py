@@ -29,6 +29,9 @@ class Samples:
     event_ms: list[float] = field(default_factory=list)
     wall_ms: list[float] = field(default_factory=list)
     outer_ms: list[float] = field(default_factory=list)
+    pre_ms: list[float] = field(default_factory=list)
+    """Events around the L2 flush and the GPU spin before each call: a fixed amount of work, so when it takes
+    longer than it does for the baseline, another process was using the GPU during the measurement."""
     """Events from before the L2 flush to the end: the wall clock minus this is host latency alone (the
     GPU spin's length varies with the SM clock, so wall minus `event_ms` is a noisy measure of it)."""
 
@@ -113,6 +116,7 @@ def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, rep
     samples.event_ms = [elapsed(s, e) for s, e in zip(starts, ends)]
     samples.wall_ms = walls
     samples.outer_ms = [elapsed(p, e) for p, e in zip(pres, ends)]
+    samples.pre_ms = [elapsed(p, s) for p, s in zip(pres, starts)]
     return samples
 
 

@@ -383,7 +383,8 @@ class Session:
         bad = [o for group in outs for o in group if type(o) is not torch.Tensor]  # noqa: E721
         header_out = {"ok": True, **rec, "tampered": self._tampered(), "event_ms": samples.event_ms,
                       "threads": _thread_count() - self.threads0,
-                      "wall_ms": samples.wall_ms, "outer_ms": samples.outer_ms, "counts": [len(o) for o in outs], "bad_outputs": len(bad)}
+                      "wall_ms": samples.wall_ms, "outer_ms": samples.outer_ms,
+                      "pre_ms": samples.pre_ms, "counts": [len(o) for o in outs], "bad_outputs": len(bad)}
         self.reply(header_out, {"outputs": [] if bad else [o for group in outs for o in group]})
 
     def profile(self, header: dict[str, Any], payload: Any) -> None:

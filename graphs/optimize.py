@@ -16,7 +16,6 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from kernelwright.agents import roles
-from kernelwright.agents.archive import Archive
 
 from .state import BranchOutput, BranchState, Context, OptimizeState
 
@@ -38,16 +37,20 @@ def branch_builder() -> StateGraph:
 
 def fan_out(state: OptimizeState) -> list[Send]:
     """One branch per parent, each with what its strategist needs from the archive (small)."""
-    archive = Archive.model_validate(state["archive"])
     run = roles._run(state)
+    archive = roles.load_archive(state, run)
     sends = []
     for i, parent in enumerate(state["parents"]):
         sends.append(Send("branch", {
             "run_dir": state["run_dir"], "generation": state["generation"], "branch": i, "parent": parent,
             "step_id": f"g{state['generation']}b{i}",
             "lineage_gains": roles.lineage_gains(archive, parent, run),
-            "failed": archive.failed.get(parent, []),
+            # every move already tried on this parent: a failed one must not be repeated, and a successful
+            # one would only rebuild a kernel the archive already judged
+            "failed": sorted(set(archive.failed.get(parent, []))
+                             | {st.proposal_key for st in archive.steps if st.parent_id == parent}),
             "history": roles.lineage_history(archive, parent),
+            "sibling_rank": state["parents"][:i].count(parent),
         }))
     return sends
 
@@ -75,4 +78,4 @@ def builder() -> StateGraph:
 
 
 def initial_state(run_dir: str) -> dict[str, Any]:
-    return {"run_dir": run_dir, "archive": Archive().model_dump(), "generation": 0, "results": None, "stop": None}
+    return {"run_dir": run_dir, "archive": {}, "generation": 0, "results": None, "stop": None}

@@ -21,7 +21,8 @@ class OptimizeState(TypedDict, total=False):
     run_dir: str
     """the run directory; everything large lives there"""
     archive: dict[str, Any]
-    """`agents.archive.Archive` as a dict (replaced whole by the archive node)"""
+    """A reference to the archive in the run directory: {"version": generation, "steps", "entries", "best"}
+    (replaced whole by the seed and archive nodes; {} before the seed is judged)."""
     generation: int
     """generations started so far"""
     parents: list[str]
@@ -66,6 +67,12 @@ class Context:
     iterations: int = 8
     """candidate children to evaluate in all"""
     time_budget_s: float | None = None
+    token_budget: int | None = None
+    """stop once the run's model calls have used this many tokens (checked after each generation)"""
+    cost_budget_usd: float | None = None
+    """stop once the run's model calls have cost this much, at `prices` (checked after each generation)"""
+    prices: dict[str, list[float]] = field(default_factory=dict)
+    """model spec -> [USD per million input tokens, per million output tokens]"""
     plateau_steps: int = 20
     roofline_target: float | None = 0.9
     trials: int = 5

@@ -137,6 +137,9 @@ def optimize_cmd(
     trials: Annotated[int, typer.Option(min=1, max=100, help="verifier trials per input family")] = 5,
     run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
     resume: Annotated[Optional[str], typer.Option("--resume", help="continue the run with this id")] = None,
+    token_budget: Annotated[Optional[int], typer.Option("--token-budget", min=1, help="stop after this many model tokens (all roles)")] = None,
+    cost_budget: Annotated[Optional[float], typer.Option("--cost-budget", min=0.0, help="stop after this much model spend, USD (needs --price)")] = None,
+    price: Annotated[Optional[list[str]], typer.Option("--price", help="provider:model=IN/OUT, USD per million input/output tokens")] = None,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive."""
     from kernelwright import optimize as opt
@@ -146,7 +149,7 @@ def optimize_cmd(
             problem=problem, seed_kernel=seed_kernel, model=model, base_url=base_url, role_models=role_model or [],
             iterations=iterations, time_budget=time_budget, branches=branches, device=device,
             precision=precision.value if precision else None, trials=trials, run_dir=run_dir, resume=resume,
-            console=out,
+            console=out, token_budget=token_budget, cost_budget=cost_budget, prices=price or [],
         )
     except opt.UsageError as e:
         raise _usage_error(str(e)) from None

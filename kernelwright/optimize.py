@@ -57,6 +57,35 @@ def parse_role_models(items: list[str]) -> dict[str, str]:
     return out
 
 
+def parse_prices(items: list[str]) -> dict[str, list[float]]:
+    """['openai:gpt-4.1=2/8', ...] -> {'openai:gpt-4.1': [2.0, 8.0]} (USD per million input/output tokens)."""
+    out: dict[str, list[float]] = {}
+    for item in items:
+        spec, eq, rates = item.rpartition("=")
+        parts = rates.split("/")
+        try:
+            values = [float(v) for v in parts]
+        except ValueError:
+            values = []
+        if not eq or not spec.strip() or len(values) != 2 or min(values) < 0:
+            raise UsageError(f"--price {item!r}: use provider:model=IN/OUT in USD per million tokens, "
+                             "e.g. openai:gpt-4.1=2/8")
+        out[spec.strip()] = values
+    return out
+
+
+def check_budgets(token_budget: int | None, cost_budget: float | None, model: str, per_role: dict[str, str],
+                  prices: dict[str, list[float]]) -> None:
+    specs = sorted({s for s in [model, *per_role.values()] if s != "builtin"})
+    if (token_budget is not None or cost_budget is not None) and not specs:
+        raise UsageError("--token-budget and --cost-budget limit model calls: the builtin policy makes none")
+    if cost_budget is not None:
+        unpriced = [s for s in specs if s not in prices]
+        if unpriced:
+            raise UsageError(f"--cost-budget needs the price of {unpriced[0]}: give --price {unpriced[0]}=IN/OUT "
+                             "(USD per million input/output tokens)")
+
+
 def check_models(model: str, per_role: dict[str, str], base_url: str | None) -> None:
     """Every model named must be well formed and constructible (provider package installed, key present)."""
     from kernelwright.agents.llm import ProviderError, chat_model, valid_spec
@@ -78,7 +107,8 @@ def check_models(model: str, per_role: dict[str, str], base_url: str | None) -> 
 def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, base_url: str | None,
                  role_models: list[str], iterations: int, time_budget: str | None, branches: int, device: str | None,
                  precision: str | None, trials: int, run_dir: Path, resume: str | None,
-                 console: Console) -> Summary:
+                 console: Console, token_budget: int | None = None, cost_budget: float | None = None,
+                 prices: list[str] | None = None) -> Summary:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from kernelwright.agents import roles
@@ -90,8 +120,10 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
 
     store = RunStore(run_dir)
     per_role = parse_role_models(role_models)
+    price_table = parse_prices(prices or [])
     if not resume:
         check_models(model, per_role, base_url)
+        check_budgets(token_budget, cost_budget, model, per_role, price_table)
     if resume:
         try:
             run = store.open(resume)
@@ -109,12 +141,16 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
             raise UsageError(f"{seed_kernel}: no such seed kernel file")
         try:
             prob = load_problem(problem, precision)
-            dev = resolve_device(device.split(",")[0] if device else None)
+            devs = [resolve_device(d.strip()) for d in device.split(",")] if device else [resolve_device(None)]
         except (ProblemError, DeviceError) as e:
             raise UsageError(str(e)) from None
+        if len({d.type for d in devs}) > 1:
+            raise UsageError(f"--device {device}: list GPUs only (cuda:0,cuda:1) or cpu, not a mix")
+        dev = ",".join(dict.fromkeys(str(d) for d in devs))
         budget = parse_duration(time_budget) if time_budget else None
         ctx = Context(device=str(dev), precision=precision, branches=branches, iterations=iterations,
-                      time_budget_s=budget, trials=trials, model=model, base_url=base_url, role_models=per_role)
+                      time_budget_s=budget, trials=trials, model=model, base_url=base_url, role_models=per_role,
+                      token_budget=token_budget, cost_budget_usd=cost_budget, prices=price_table)
         run = store.create(str(problem), prob.source, {})
         # without a seed kernel, the coder's model writes the first generation from the reference
         h = run.put_kernel(seed_kernel.read_text()) if seed_kernel else None
@@ -122,6 +158,9 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                            "context": asdict(ctx)})
         state = initial_state(str(run.path))
 
+    from kernelwright.agents import llm
+
+    llm.PRICES.update({k: (v[0], v[1]) for k, v in (ctx.prices or {}).items()})
     conn = sqlite3.connect(str(run.checkpoint_path), check_same_thread=False)
     graph = builder().compile(checkpointer=SqliteSaver(conn))
     config = {"configurable": {"thread_id": run.id}, "recursion_limit": 10_000}
@@ -170,6 +209,10 @@ def _view(info: Any, last: str | None) -> Table:
     t.add_row("steps", f"{info.steps} / {ctx.get('iterations', '?')}")
     t.add_row("best", f"{info.best_speedup:.3f}× eager" if info.best_speedup else "seed (untimed on the CPU)"
               if ctx.get("device") == "cpu" else "seed")
+    if info.tokens or ctx.get("token_budget") or ctx.get("cost_budget_usd"):
+        budget = f" / {ctx['token_budget']}" if ctx.get("token_budget") else ""
+        cost = f" / ${ctx['cost_budget_usd']:.2f}" if ctx.get("cost_budget_usd") else ""
+        t.add_row("model use", f"{info.tokens}{budget} tokens, ${info.cost_usd:.4f}{cost}")
     if last:
         t.add_row("last step", last)
     return t

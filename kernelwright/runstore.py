@@ -5,6 +5,8 @@
     runs/<id>/kernels/<h>.py    every kernel source, content-addressed (sha256, 16 hex digits)
     runs/<id>/evals/<h>.json    the verifier's result for that kernel (so no kernel is ever judged twice)
     runs/<id>/trace.jsonl       one complete record per step, appended once per step id
+    runs/<id>/archive/<g>.json  the archive as it stood after generation g (the last few are kept); the
+                                graph state holds only the generation number it refers to
     runs/<id>/checkpoints.sqlite  LangGraph checkpoints
 
 State in the graph holds ids and small summaries; sources, results and transcripts live here, so
@@ -38,6 +40,9 @@ class RunInfo(BaseModel):
     steps: int = 0
     best_kernel: str | None = None
     best_speedup: float | None = None
+    tokens: int = 0
+    """model tokens (input + output) spent so far, all roles and the seed writer"""
+    cost_usd: float = 0.0
     config: dict[str, Any] = Field(default_factory=dict)
     stop_reason: str | None = None
 
@@ -125,6 +130,27 @@ class Run:
         path = folder / name
         _atomic_write(path, text)
         return path
+
+    # -- the archive ----------------------------------------------------------------------------------
+
+    ARCHIVE_VERSIONS_KEPT = 3
+
+    def put_archive(self, version: int, data: dict[str, Any]) -> None:
+        """Write the archive after generation `version`, and drop versions no checkpoint can still name
+        (a resumed run restarts at most one generation back)."""
+        folder = self.path / "archive"
+        folder.mkdir(exist_ok=True)
+        _atomic_write(folder / f"{version:06d}.json", json.dumps(data))
+        for old in folder.glob("*.json"):
+            if old.stem.isdigit() and int(old.stem) <= version - self.ARCHIVE_VERSIONS_KEPT:
+                old.unlink(missing_ok=True)
+
+    def archive(self, version: int) -> dict[str, Any]:
+        path = self.path / "archive" / f"{version:06d}.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise RunError(f"run {self.id} has no readable archive for generation {version}") from e
 
     # -- the trace ------------------------------------------------------------------------------------
 

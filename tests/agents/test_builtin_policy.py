@@ -81,6 +81,15 @@ def test_proposals_follow_the_diagnosis_and_skip_failed_moves() -> None:
     assert propose(src, spills, {}, everything, random.Random(0)) is None
 
 
+def test_sibling_branches_on_one_parent_take_different_moves() -> None:
+    src = "BLOCK_N = 1024\nNUM_WARPS = 4\nNUM_STAGES = 2\n"
+    spills = diagnose(None, [{"name": "k", "compiled": {"spills": 4}}])
+    keys = [propose(src, spills, {}, set(), random.Random(0), rank=r).key for r in range(3)]
+    assert keys[0] == "BLOCK_N=512" and keys[1] == "NUM_WARPS=8" and len(set(keys)) == 3
+    n = len(catalog(src))
+    assert propose(src, spills, {}, set(), random.Random(0), rank=n + 5) is not None  # more siblings than moves
+
+
 def test_lineage_gains_steer_the_choice() -> None:
     src = "BLOCK_N = 1024\nNUM_WARPS = 4\nNUM_STAGES = 2\n"
     unknown = diagnose(None, [])

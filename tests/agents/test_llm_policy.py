@@ -22,7 +22,7 @@ SEED = (Path(__file__).resolve().parents[1] / "graphs" / "add_seed.py").read_tex
 def test_prompts_fill_with_their_fields() -> None:
     a = prompts.load("analyst").format(problem="P", parent="K", evaluation="E", profile="F")
     s = prompts.load("strategist").format(problem="P", parent="K", evaluation="E", diagnosis="D", history="H",
-                                          failed="X")
+                                          failed="X", siblings="S")
     c = prompts.load("coder").format(problem="P", parent="K", diagnosis="D", proposal="Q")
     assert "Diagnosis tool" in a and "Proposal tool" in s and "search_replace" in c
     with pytest.raises(KeyError):

@@ -98,6 +98,22 @@ def test_rule_fires(source: str, rule: str) -> None:
     assert violations[0].line >= 1
 
 
+@pytest.mark.parametrize(("source", "rule"), [
+    ("import torch\ns = getattr(torch.cuda, 'Stream')()\n", "stream_creation"),
+    ("import torch\nc = getattr(torch, 'compile')\n", "torch_compile"),
+    ("import torch\nf = getattr(torch, 'load')\n", "filesystem"),
+    ("import torch\nev = torch.cuda.Event\nev.elapsed_time = lambda *a: 1.0\n", "module_patching"),
+    ("import time\npc = time\npc.perf_counter = lambda: 0.0\n", "module_patching"),
+])
+def test_constant_getattr_and_local_aliases_are_seen_through(source: str, rule: str) -> None:
+    assert rule in {v.rule for v in check_source(source)}, check_source(source)
+
+
+def test_a_name_rebound_to_a_plain_value_is_no_alias() -> None:
+    src = "import torch\nx = torch.float32\nx = SimpleBox()\nx.value = 3\n"
+    assert check_source(src) == []
+
+
 def test_module_patching_of_an_alias() -> None:
     rules = {v.rule for v in check_source("import triton.language as tl\ntl.dot = None")}
     assert "module_patching" in rules

@@ -45,6 +45,21 @@ def test_a_builtin_run_records_every_step(tmp_path: Path) -> None:
     lines = subprocess.run([sys.executable, "-m", "kernelwright.cli", "trace", info.id, "--json", "--run-dir",
                             str(tmp_path)], capture_output=True, text=True, cwd=ROOT).stdout.splitlines()
     assert [json.loads(x)["step_id"] for x in lines] == ["g1b0", "g1b1", "g2b0", "g2b1"]
+    # both branches of generation 1 share the seed as parent: their strategists take different moves
+    assert trace[0]["proposal"]["key"] != trace[1]["proposal"]["key"]
+    # the archive lives in the run directory; the checkpointed state only names its generation
+    assert sorted(p.name for p in (run.path / "archive").glob("*.json")) == ["000000.json", "000001.json", "000002.json"]
+    assert len(run.archive(2)["steps"]) == 4
+    state = _last_checkpoint_state(run.checkpoint_path)
+    assert state["archive"] == {"version": 2, "steps": 4, "entries": 1, "best": info.best_kernel}
+
+
+def _last_checkpoint_state(db: Path) -> dict:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with SqliteSaver.from_conn_string(str(db)) as saver:
+        latest = max(saver.list(None), key=lambda c: c.checkpoint["ts"])
+        return latest.checkpoint["channel_values"]
 
 
 def test_usage_errors_are_one_sentence(tmp_path: Path) -> None:
@@ -91,3 +106,18 @@ def test_sigkill_mid_step_then_resume_loses_and_repeats_nothing(tmp_path: Path) 
         else:
             assert r["proposal"] is None and r["decision"]["why"] == "no child was produced"
     assert sum(1 for r in run.trace() if r["child"]) == 4
+
+
+def test_branches_spread_over_the_listed_devices() -> None:
+    from kernelwright.agents.roles import device_for
+    from kernelwright.graphs.state import Context
+
+    two = Context(device="cuda:0,cuda:1")
+    assert [device_for(two, b) for b in range(4)] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert device_for(two) == "cuda:0"  # the seed
+    assert device_for(Context(device="cpu"), 3) == "cpu"
+
+
+def test_a_device_list_mixing_kinds_is_a_usage_error(tmp_path: Path) -> None:
+    p = optimize(tmp_path, str(PROBLEM), "--seed-kernel", str(SEED), "--device", "cpu,cuda:0")
+    assert p.returncode == 2 and "--device" in p.stderr and "Traceback" not in p.stderr

@@ -64,6 +64,42 @@ def test_a_scripted_model_drives_the_real_graph(tmp_path: Path) -> None:
     assert run.eval(rec["child"])["verdict"] == "pass"
 
 
+def _step_script(n: int) -> list:
+    msgs = []
+    for i in range(n):
+        msgs += [call("Diagnosis", DIAGNOSIS, 5 * i), call("Proposal", {**PROPOSAL, "key": f"v{i}"}, 5 * i + 1),
+                 call("write_kernel", {"source": SEED.read_text() + f"\n# variant {i}\n"}, 5 * i + 2),
+                 call("quick_check", {}, 5 * i + 3), call("finish", {}, 5 * i + 4)]
+    return msgs
+
+
+@pytest.mark.timeout(300)
+def test_token_and_cost_budgets_stop_the_run(tmp_path: Path) -> None:
+    # one step = 5 calls x 110 tokens = 550 tokens; a 1000-token budget is reached after the second step
+    llm.register("scripted:tokens", Scripted(script=_step_script(4)))
+    summary = optimize(tmp_path / "t", "scripted:tokens", iterations=4, token_budget=1000)
+    assert summary.stop_reason == "token budget reached (1100 of 1000 tokens)"
+    info = RunStore(tmp_path / "t").open(summary.run_id).info()
+    assert info.steps == 2 and info.tokens == 1100
+    # at $1000 / $10000 per million input / output tokens a step costs 5 x (0.1 + 0.1) = $1.00
+    llm.register("scripted:cost", Scripted(script=_step_script(4)))
+    summary = optimize(tmp_path / "c", "scripted:cost", iterations=4, cost_budget=1.5,
+                       prices=["scripted:cost=1000/10000"])
+    assert summary.stop_reason == "cost budget reached ($2.0000 of $1.5000)"
+    assert RunStore(tmp_path / "c").open(summary.run_id).info().cost_usd == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(model="scripted:graph", cost_budget=1.0), "needs the price of scripted:graph"),
+    (dict(model="scripted:graph", prices=["scripted:graph=cheap"]), "USD per million"),
+    (dict(model="builtin", token_budget=10), "builtin policy makes none"),
+])
+def test_bad_budget_flags_are_one_sentence(tmp_path: Path, kw: dict[str, Any], words: str) -> None:
+    llm.register("scripted:graph", Scripted())
+    with pytest.raises(UsageError, match=words):
+        optimize(tmp_path, **kw)
+
+
 def test_role_models_mix_builtin_and_model(tmp_path: Path) -> None:
     m = Scripted(script=[call("Diagnosis", DIAGNOSIS, 0)])
     llm.register("scripted:analyst-only", m)
