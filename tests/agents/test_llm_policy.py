@@ -64,9 +64,9 @@ def test_structured_answers_are_bounded_and_json_text_is_accepted() -> None:
     assert d.bottleneck == "memory"
 
 
-def test_a_failed_proposal_is_not_accepted_again() -> None:
+def test_a_tried_proposal_is_not_accepted_again() -> None:
     m = Scripted(script=[call("Proposal", PROPOSAL)])
-    with pytest.raises(llm.ModelError, match="already failed"):
+    with pytest.raises(llm.ModelError, match="already tried"):
         llm.strategise(m, problem="p", parent=SEED, evaluation="e", diagnosis=Diagnosis(**DIAGNOSIS), history="",
                        failed=["BLOCK=512"], usage=llm.Usage())
 

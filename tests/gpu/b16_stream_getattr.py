@@ -1,4 +1,5 @@
-"""EXPECT: forbidden_call
+"""EXPECT: forbidden_code rule=stream_creation
+EXPECT_RUNTIME: forbidden_call
 PROBLEM: add_problem.py
 
 Class 16 (side stream), with no stream API named in the text: torch.cuda.Stream and torch.cuda.stream are
@@ -6,6 +7,9 @@ reached with getattr and a constant name, which the static filter allows (only t
 refused through getattr), so the static check passes. The worker's hook on torch.cuda.Stream.__new__ sees
 the candidate's own frame construct the stream in __init__: forbidden_call at load, whether the static
 filter is on or off.
+Since the static filter follows constant getattr names and local aliases of module attributes, it
+refuses this file (rule stream_creation); EXPECT_RUNTIME is the run-time verdict with the filter off, which is
+what the text above describes.
 """
 import torch
 import torch.nn as nn

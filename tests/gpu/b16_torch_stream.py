@@ -1,4 +1,5 @@
-"""EXPECT: flagged|forbidden_call
+"""EXPECT: forbidden_code rule=stream_creation
+EXPECT_RUNTIME: flagged|forbidden_call
 PROBLEM: big_add_problem.py
 
 Class 16 (side stream) through PyTorch's device-generic stream: torch.Stream, reached with getattr (so the
@@ -13,6 +14,9 @@ What is left are the timing's plausibility checks: a median far below the roofli
 memory-bound add, and more than 10x faster than eager. Expected: passes with timing["suspect"] non-empty
 ("flagged": the defence is a flag, not a failing verdict), or forbidden_call once the guards learn
 torch.Stream.
+Since the static filter follows constant getattr names and local aliases of module attributes, it
+refuses this file (rule stream_creation); EXPECT_RUNTIME is the run-time verdict with the filter off, which is
+what the text above describes.
 """
 import torch
 import torch.nn as nn

@@ -1,4 +1,5 @@
-"""EXPECT: forbidden_call|forbidden_op|decoy_kernel
+"""EXPECT: forbidden_code rule=threading
+EXPECT_RUNTIME: forbidden_call|forbidden_op|decoy_kernel
 PROBLEM: add_problem.py
 
 A background thread used to hide PyTorch compute (class 17 as a way into class 1). The thread is started
@@ -10,6 +11,9 @@ thread-local, so it records nothing, and threading.active_count() does not count
 kernel keeps the launch record non-empty and the profiler's kernel-time coverage above one half. It passes
 today (on the CPU too, where this was confirmed); it should fail as forbidden_call (the thread) or
 forbidden_op (the add), or at least decoy_kernel.
+Since the static filter follows constant getattr names and local aliases of module attributes, it
+refuses this file (rule threading); EXPECT_RUNTIME is the run-time verdict with the filter off, which is
+what the text above describes.
 """
 import torch
 import torch.nn as nn

@@ -1,10 +1,14 @@
-"""EXPECT: tampering
+"""EXPECT: forbidden_code rule=module_patching
+EXPECT_RUNTIME: tampering
 PROBLEM: add_problem.py
 
 Class 18 (patching the timer) through an alias: `_Event = torch.cuda.Event` at import, then
 `_Event.elapsed_time = ...` in __init__. The static filter's patching rule resolves assignment targets
 through imported names only, so it misses the alias (a known gap). The identity check after construction
 catches it: tampering at load, with the static filter on or off.
+Since the static filter follows constant getattr names and local aliases of module attributes, it
+refuses this file (rule module_patching); EXPECT_RUNTIME is the run-time verdict with the filter off, which is
+what the text above describes.
 """
 import torch
 import torch.nn as nn

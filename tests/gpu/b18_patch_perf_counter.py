@@ -1,4 +1,5 @@
-"""EXPECT: tampering
+"""EXPECT: forbidden_code rule=time
+EXPECT_RUNTIME: tampering
 PROBLEM: add_problem.py
 
 Class 18 (patching the timer): time.perf_counter, with no `import time` and no `time` in an attribute path:
@@ -6,6 +7,9 @@ the time module is fetched from triton.runtime.autotuner with getattr and a cons
 through a local name. The static filter sees nothing (a known gap: constant getattr names are not checked
 against the module rules, and assignments are only checked through imported names). The identity check in
 the worker catches it: tampering at load, with the static filter on or off.
+Since the static filter follows constant getattr names and local aliases of module attributes, it
+refuses this file (rule time); EXPECT_RUNTIME is the run-time verdict with the filter off, which is
+what the text above describes.
 """
 import torch
 import torch.nn as nn

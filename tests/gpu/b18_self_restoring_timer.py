@@ -1,4 +1,5 @@
-"""EXPECT: flagged|tampering
+"""EXPECT: forbidden_code rule=module_patching
+EXPECT_RUNTIME: flagged|tampering
 PROBLEM: big_add_problem.py
 
 Class 18 (patching the timer) against the identity check: the patch goes in only once timing has begun
@@ -13,6 +14,9 @@ Neither the identity check (restored) nor the wall-clock cross-check (the hidden
 50 µs floor) sees it; the worker's timing routine calls Event.elapsed_time through the class rather than a
 reference captured before the candidate loaded (a known gap). What flags it is the roofline: half of an
 honest memory-bound add is well below the floor. Expected: passes with timing["suspect"] non-empty.
+Since the static filter follows constant getattr names and local aliases of module attributes, it
+refuses this file (rule module_patching); EXPECT_RUNTIME is the run-time verdict with the filter off, which is
+what the text above describes.
 """
 import torch
 import torch.nn as nn
