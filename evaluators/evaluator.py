@@ -38,7 +38,7 @@ from .profiling import (
 from .reference import ReferenceSession, Trial, TrialBattery
 from .result import Check, EvalResult, KernelLaunch, Reason, TrialRecord, bound
 from .roofline import count_work, device_peaks, floor_ms
-from .timing import Samples, judge_speedup, noise_band
+from .timing import Samples, judge_speedup, noise_band, suspect_flags
 from .wire import dtype_name
 
 log = logging.getLogger(__name__)
@@ -442,31 +442,17 @@ class Evaluator:
             "compile_unavailable": compile_why,
             "clocks": {"before": before, "after": after},
         }
-        flags: list[str] = []
+        floor = None
         try:
             roof = self._roofline(inputs)
+            floor = roof["floor_ms"]
             timing.update({"floor_ms": roof["floor_ms"], "bound": roof["bound"], "fraction_of_floor": roof["floor_ms"] / med,
                            "flops": roof["flops"], "bytes": roof["bytes"]})
-            if med < 0.9 * roof["floor_ms"]:
-                flags.append(f"faster than the roofline floor ({med:.4g} ms < {roof['floor_ms']:.4g} ms)")
         except Exception as e:  # noqa: BLE001 - the floor is informative; its failure must not fail the verdict
             timing["floor_unavailable"] = f"{type(e).__name__}: {e}"[:300]
-        if timing["speedup_vs_eager"] > 10:
-            flags.append(f"more than 10x faster than eager ({timing['speedup_vs_eager']:.1f}x)")
-        if cand.pre_ms and eager_a.pre_ms:
-            pre_c, pre_e = statistics.median(cand.pre_ms), statistics.median(eager_a.pre_ms)
-            timing["flush_spin_ms"] = {"candidate": pre_c, "eager": pre_e}
-            if pre_c > 1.25 * pre_e + 0.05:
-                flags.append(f"the GPU was shared during the measurement: the fixed flush and spin before each call "
-                             f"took {pre_c:.3f} ms against {pre_e:.3f} ms for the baseline")
-        gap_c = statistics.median(cand.host_gaps_ms())
-        gap_e = statistics.median(eager_a.host_gaps_ms())
-        if gap_c > gap_e + max(0.05, 0.5 * med):
-            flags.append(f"work outside the timed stream: the wall clock exceeds the events by {gap_c:.3f} ms "
-                         f"(baseline {gap_e:.3f} ms)")
-        for when, c in (("before", before), ("after", after)):
-            if c.get("throttled"):
-                flags.append(f"GPU throttled {when} timing: {', '.join(c.get('throttle', []))}")
+        flags, flush_spin = suspect_flags(cand, eager_a, floor_ms=floor, clocks={"before": before, "after": after})
+        if flush_spin:
+            timing["flush_spin_ms"] = flush_spin
         timing["suspect"] = flags
         checks.append(Check(name="timing", outcome="fail" if flags else "pass",
                             detail=f"{med:.4g} ms (p25 {cs['p25_ms']:.4g}, p75 {cs['p75_ms']:.4g}); eager {eager_ms:.4g} ms; "

@@ -160,3 +160,39 @@ def judge_speedup(speedup: float, band: float) -> str:
     if speedup < 1 / (1 + band):
         return "slower"
     return "no change"
+
+
+def suspect_flags(cand: Samples, eager: Samples, *, floor_ms: float | None = None,
+                  clocks: dict[str, dict[str, Any]] | None = None) -> tuple[list[str], dict[str, float] | None]:
+    """Why a candidate's timing is not to be believed (empty: no reason), and the flush+spin medians.
+
+    - faster than 0.9x the roofline floor, or more than 10x faster than eager: too good to be true;
+    - the fixed flush and spin before each call took much longer than for the baseline: another process
+      was using the GPU during the measurement;
+    - the wall clock exceeds the events (from before the flush to after the call) by much more than for the
+      baseline: work ran outside the timed stream;
+    - NVML reported throttling before or after the timing.
+    """
+    med = statistics.median(cand.event_ms)
+    eager_med = statistics.median(eager.event_ms)
+    flags: list[str] = []
+    if floor_ms is not None and med < 0.9 * floor_ms:
+        flags.append(f"faster than the roofline floor ({med:.4g} ms < {floor_ms:.4g} ms)")
+    if eager_med / med > 10:
+        flags.append(f"more than 10x faster than eager ({eager_med / med:.1f}x)")
+    flush_spin = None
+    if cand.pre_ms and eager.pre_ms:
+        pre_c, pre_e = statistics.median(cand.pre_ms), statistics.median(eager.pre_ms)
+        flush_spin = {"candidate": pre_c, "eager": pre_e}
+        if pre_c > 1.25 * pre_e + 0.05:
+            flags.append(f"the GPU was shared during the measurement: the fixed flush and spin before each call "
+                         f"took {pre_c:.3f} ms against {pre_e:.3f} ms for the baseline")
+    gap_c = statistics.median(cand.host_gaps_ms())
+    gap_e = statistics.median(eager.host_gaps_ms())
+    if gap_c > gap_e + max(0.05, 0.5 * med):
+        flags.append(f"work outside the timed stream: the wall clock exceeds the events by {gap_c:.3f} ms "
+                     f"(baseline {gap_e:.3f} ms)")
+    for when, c in (clocks or {}).items():
+        if c.get("throttled"):
+            flags.append(f"GPU throttled {when} timing: {', '.join(c.get('throttle', []))}")
+    return flags, flush_spin

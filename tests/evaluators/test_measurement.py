@@ -33,7 +33,7 @@ from kernelwright.evaluators.profiling import (
     NcuKernel, NcuReport, Profile, breakdown_from_events, ncu_unavailable_reason, parse_ncu_csv, render,
 )
 from kernelwright.evaluators.roofline import Peaks, Work, count_work, device_peaks, floor_ms
-from kernelwright.evaluators.timing import Samples, judge_speedup, measure, noise_band
+from kernelwright.evaluators.timing import Samples, judge_speedup, measure, noise_band, suspect_flags
 
 DATA = Path(__file__).resolve().parent / "data"
 REPO = Path(__file__).resolve().parents[2]
@@ -93,6 +93,31 @@ def test_host_gap_is_wall_minus_the_outer_events() -> None:
     assert s.host_gaps_ms() == pytest.approx([0.05, 0.06])
     # Without them (an older worker), the call's own events: the gap then includes flush and spin.
     assert Samples(event_ms=[0.1, 0.2], wall_ms=[1.3, 1.4]).host_gaps_ms() == pytest.approx([1.2, 1.2])
+
+
+def _samples(ms: float, pre: float = 1.06, host: float = 0.02, n: int = 30) -> Samples:
+    """n repetitions of a call taking `ms`, after a flush+spin of `pre` ms, with `host` ms of host latency."""
+    return Samples(event_ms=[ms] * n, pre_ms=[pre] * n, outer_ms=[pre + ms] * n, wall_ms=[pre + ms + host] * n)
+
+
+def test_an_honest_timing_raises_no_flag() -> None:
+    flags, flush_spin = suspect_flags(_samples(0.0167, pre=1.11), _samples(0.0179), floor_ms=0.0122,
+                                      clocks={"before": {"throttled": False}, "after": {}})
+    assert flags == [] and flush_spin == {"candidate": pytest.approx(1.11), "eager": pytest.approx(1.06)}
+
+
+@pytest.mark.parametrize(("cand", "eager", "floor", "clocks", "words"), [
+    (_samples(0.010), _samples(0.0179), 0.0122, {}, "faster than the roofline floor"),
+    (_samples(0.0015), _samples(0.0179), None, {}, "more than 10x faster than eager"),
+    (_samples(0.888, pre=2.4), _samples(0.0179), 0.0122, {}, "the GPU was shared during the measurement"),
+    (_samples(0.0167, host=1.0), _samples(0.0179), 0.0122, {}, "work outside the timed stream"),
+    (_samples(0.0167), _samples(0.0179), None, {"after": {"throttled": True, "throttle": ["sw_thermal"]}},
+     "GPU throttled after timing: sw_thermal"),
+])
+def test_suspect_timings_are_flagged(cand: Samples, eager: Samples, floor: float | None, clocks: dict,
+                                     words: str) -> None:
+    flags, _ = suspect_flags(cand, eager, floor_ms=floor, clocks=clocks)
+    assert len(flags) == 1 and words in flags[0], flags
 
 
 def test_summary_of_odd_sample_count() -> None:
