@@ -155,16 +155,31 @@ class Run:
     # -- the trace ------------------------------------------------------------------------------------
 
     def trace(self) -> list[dict[str, Any]]:
+        """Every complete step record, in order. Read incrementally: a long run's trace is parsed once, then
+        only what was appended since (cached per run directory for the life of the process)."""
         path = self.path / "trace.jsonl"
-        if not path.exists():
-            return []
-        records = []
-        for line in path.read_text().splitlines():
+        with _TRACE_LOCK:
+            cache = _TRACES.setdefault(str(path), _TraceCache())
             try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue  # a line cut short by a kill: the step will be written again
-        return records
+                size = path.stat().st_size
+            except OSError:
+                return []
+            if size < cache.offset:  # replaced or truncated: read it again
+                cache.offset, cache.records = 0, []
+            if size > cache.offset:
+                with open(path, "rb") as f:
+                    f.seek(cache.offset)
+                    data = f.read(size - cache.offset)
+                # only whole lines: a last line without its newline (cut short by a kill) is read once the
+                # next append_step has ended it, and then skipped as unreadable
+                end = data.rfind(b"\n") + 1
+                for line in data[:end].splitlines():
+                    try:
+                        cache.records.append(json.loads(line))
+                    except ValueError:
+                        continue  # a line cut short by a kill: the step will be written again
+                cache.offset += end
+            return list(cache.records)
 
     def append_step(self, record: dict[str, Any]) -> bool:
         """Append a step record unless one with the same `step_id` is already there (a resumed run may
@@ -172,11 +187,29 @@ class Run:
         with self._lock:
             if any(r.get("step_id") == record["step_id"] for r in self.trace()):
                 return False
-            with open(self.path / "trace.jsonl", "a") as f:
-                f.write(json.dumps(record, default=str) + "\n")
+            path = self.path / "trace.jsonl"
+            with open(path, "ab") as f:
+                # a record cut short by a kill leaves no newline: end that line first, or this record would
+                # join it and both would be unreadable
+                if f.tell() > 0:
+                    with open(path, "rb") as r:
+                        r.seek(-1, os.SEEK_END)
+                        if r.read(1) != b"\n":
+                            f.write(b"\n")
+                f.write((json.dumps(record, default=str) + "\n").encode())
                 f.flush()
                 os.fsync(f.fileno())
             return True
+
+
+class _TraceCache:
+    def __init__(self) -> None:
+        self.offset = 0
+        self.records: list[dict[str, Any]] = []
+
+
+_TRACES: dict[str, _TraceCache] = {}
+_TRACE_LOCK = threading.Lock()
 
 
 class RunStore:

@@ -1,0 +1,45 @@
+"""The run directory: the trace read incrementally, a record cut short by a kill, archive versions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelwright.runstore import RunError, RunStore
+
+
+def test_trace_is_read_incrementally_and_from_other_handles(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    run = store.create("p.py", "source", {})
+    assert run.trace() == []
+    assert run.append_step({"step_id": "g1b0", "x": 1})
+    other = store.open(run.id)  # a second handle (a node opens its own) sees the same records
+    assert [r["step_id"] for r in other.trace()] == ["g1b0"]
+    assert other.append_step({"step_id": "g1b1"})
+    assert not run.append_step({"step_id": "g1b0", "x": 2}), "a replayed step must not be written twice"
+    assert [r["step_id"] for r in run.trace()] == ["g1b0", "g1b1"]
+    assert run.trace()[0]["x"] == 1
+
+
+def test_a_record_cut_short_by_a_kill_does_not_swallow_the_next(tmp_path: Path) -> None:
+    run = RunStore(tmp_path).create("p.py", "source", {})
+    run.append_step({"step_id": "g1b0"})
+    with open(run.path / "trace.jsonl", "a") as f:
+        f.write('{"step_id": "g1b1", "half')  # the process died mid-write
+    assert [r["step_id"] for r in run.trace()] == ["g1b0"]
+    assert run.append_step({"step_id": "g1b1"})  # the replayed step is written whole, on its own line
+    assert [r["step_id"] for r in run.trace()] == ["g1b0", "g1b1"]
+    lines = (run.path / "trace.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1]) == {"step_id": "g1b1"} and len(lines) == 3
+
+
+def test_archive_versions_keep_the_last_three(tmp_path: Path) -> None:
+    run = RunStore(tmp_path).create("p.py", "source", {})
+    for g in range(6):
+        run.put_archive(g, {"generation": g})
+    assert sorted(p.name for p in (run.path / "archive").glob("*.json")) == ["000003.json", "000004.json", "000005.json"]
+    assert run.archive(5) == {"generation": 5}
+    with pytest.raises(RunError, match="generation 1"):
+        run.archive(1)
