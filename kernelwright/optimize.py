@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import signal
 import sqlite3
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,19 @@ def _last_verdict(update: dict[str, Any]) -> str | None:
     return None
 
 
+def _elapsed_s(created: str) -> float | None:
+    try:
+        return max(0.0, time.time() - time.mktime(time.strptime(created, "%Y-%m-%dT%H:%M:%S")))
+    except (ValueError, TypeError):
+        return None
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    h, m = s // 3600, s // 60 % 60
+    return f"{h}h{m:02d}m" if h else f"{m}m{s % 60:02d}s" if m else f"{s}s"
+
+
 def _view(info: Any, last: str | None) -> Table:
     t = Table(box=None, show_header=False)
     t.add_row("run", info.id)
@@ -209,6 +223,10 @@ def _view(info: Any, last: str | None) -> Table:
     t.add_row("steps", f"{info.steps} / {ctx.get('iterations', '?')}")
     t.add_row("best", f"{info.best_speedup:.3f}× eager" if info.best_speedup else "seed (untimed on the CPU)"
               if ctx.get("device") == "cpu" else "seed")
+    elapsed = _elapsed_s(info.created)
+    if elapsed is not None:
+        limit = ctx.get("time_budget_s")
+        t.add_row("time", _duration(elapsed) + (f" / {_duration(limit)}" if limit else ""))
     if info.tokens or ctx.get("token_budget") or ctx.get("cost_budget_usd"):
         budget = f" / {ctx['token_budget']}" if ctx.get("token_budget") else ""
         cost = f" / ${ctx['cost_budget_usd']:.2f}" if ctx.get("cost_budget_usd") else ""

@@ -43,3 +43,25 @@ def test_archive_versions_keep_the_last_three(tmp_path: Path) -> None:
     assert run.archive(5) == {"generation": 5}
     with pytest.raises(RunError, match="generation 1"):
         run.archive(1)
+
+
+def test_the_live_view_shows_budget_used(tmp_path: Path) -> None:
+    import io
+    import time
+
+    from rich.console import Console
+
+    from kernelwright.optimize import _duration, _view
+
+    run = RunStore(tmp_path).create("p.py", "source", {})
+    created = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 125))
+    run.update(created=created, steps=3, tokens=1234, cost_usd=0.5, best_speedup=1.25,
+               config={"context": {"iterations": 10, "time_budget_s": 3600, "token_budget": 5000,
+                                   "cost_budget_usd": 2.0, "device": "cuda:0"}})
+    out = io.StringIO()
+    Console(file=out, width=120).print(_view(run.info(), "g2b1: BLOCK_N 1024 -> 2048 -> pass ok"))
+    text = out.getvalue()
+    for words in ("3 / 10", "1.250× eager", "2m0", "/ 1h00m", "1234 / 5000 tokens, $0.5000 / $2.00",
+                  "g2b1: BLOCK_N 1024 -> 2048 -> pass ok"):
+        assert words in text, text
+    assert [_duration(x) for x in (5, 65, 3600 * 8)] == ["5s", "1m05s", "8h00m"]
