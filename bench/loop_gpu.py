@@ -24,6 +24,7 @@ from rich.console import Console
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpu_bench import _f  # noqa: E402  (the table cell formatter; bench/ is on sys.path as the script's folder)
 from kernelwright.optimize import run_optimize  # noqa: E402
 from kernelwright.runstore import RunStore  # noqa: E402
 
@@ -54,10 +55,6 @@ def one(name: str, iterations: int, branches: int, run_dir: Path, device: str) -
         "speedup_vs_eager": best_t.get("speedup_vs_eager"), "speedup_vs_compile": best_t.get("speedup_vs_compile"),
         "best_kernel": summary.best_path, "wall_s": wall,
     }
-
-
-def _f(x: object, fmt: str = "{:.4g}") -> str:
-    return "-" if x is None else fmt.format(x)
 
 
 def main() -> None:

@@ -29,11 +29,11 @@ class Samples:
     event_ms: list[float] = field(default_factory=list)
     wall_ms: list[float] = field(default_factory=list)
     outer_ms: list[float] = field(default_factory=list)
+    """Events from before the L2 flush to the end: the wall clock minus this is host latency alone (the
+    GPU spin's length varies with the SM clock, so wall minus `event_ms` is a noisy measure of it)."""
     pre_ms: list[float] = field(default_factory=list)
     """Events around the L2 flush and the GPU spin before each call: a fixed amount of work, so when it takes
     longer than it does for the baseline, another process was using the GPU during the measurement."""
-    """Events from before the L2 flush to the end: the wall clock minus this is host latency alone (the
-    GPU spin's length varies with the SM clock, so wall minus `event_ms` is a noisy measure of it)."""
 
     def host_gaps_ms(self) -> list[float]:
         """Wall clock minus the device time the timing stream's events account for, per repetition."""
