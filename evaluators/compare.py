@@ -56,78 +56,205 @@ def _index(flat_index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(idx))
 
 
+CHUNK = 1 << 24
+"""Elements per slice of a comparison: no temporary is ever larger than a few of these in float64,
+whatever the size of the output (a 6 GB output is compared in 128 MiB pieces)."""
+
+
+def _chunks(n: int) -> range:
+    return range(0, n, CHUNK)
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1)
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and bits (NaN payloads included), compared slice by slice."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.numel() == 0:
+        return True
+    fa, fb = _flat(a), _flat(b.to(a.device))
+    if a.is_floating_point():
+        ints = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[a.element_size()]
+        fa, fb = fa.view(ints), fb.view(ints)
+    for i in _chunks(fa.numel()):
+        if not bool(torch.equal(fa[i:i + CHUNK], fb[i:i + CHUNK])):
+            return False
+    return True
+
+
+def fingerprint(t: torch.Tensor) -> tuple[int, int]:
+    """Two wrapping integer sums over the raw bits of `t`: any later change of its values shows."""
+    if t.numel() == 0:
+        return (0, 0)
+    f = _flat(t)
+    if t.dtype == torch.bool:
+        f = f.view(torch.uint8)
+    elif t.is_floating_point() or t.is_complex():
+        f = f.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8, 16: torch.int64}[t.element_size()])
+    s1 = s2 = 0
+    for i in _chunks(f.numel()):
+        w = f[i:i + CHUNK].to(torch.int64)
+        s1 += int(w.sum())
+        s2 += int((w * w).sum())
+    return (s1 & ((1 << 64) - 1), s2 & ((1 << 64) - 1))
+
+
+def _int_compare(out: torch.Tensor, ref: torch.Tensor, label: str, shape: tuple[int, ...]) -> Comparison:
+    o, r = _flat(out), _flat(ref)
+    n = max(r.numel(), 1)
+    count = never = 0
+    first = -1
+    for i in _chunks(r.numel()):
+        oc, rc = o[i:i + CHUNK], r[i:i + CHUNK]
+        wrong = oc != rc
+        c = int(wrong.sum())
+        if not c:
+            continue
+        count += c
+        if first < 0:
+            first = i + int(wrong.nonzero()[0])
+        pm = poison_mask(oc)
+        if pm is not None:
+            never += int((pm & wrong).sum())
+    if not count:
+        return Comparison(True)
+    if never:
+        return Comparison(False, Reason.STALE_OUTPUT, f"{label}: {never} of {n} elements were never written "
+                          "(they still hold the poison value put into fresh allocations)", 1.0, 1.0)
+    return Comparison(False, Reason.WRONG_OUTPUT,
+                      f"{label}: {count} of {n} integer elements differ; first at index {_index(first, shape)}: "
+                      f"got {o[first].item()}, expected {r[first].item()}", 1.0, 1.0)
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: float, label: str = "output") -> Comparison:
-    """Compare a candidate's values (any device, the problem's dtype) with the reference values."""
+    """Compare a candidate's values (any device, the problem's dtype) with the reference values.
+
+    Done in slices of `CHUNK` elements, in two passes (the reference's rms first, then the errors), so
+    the memory it needs does not grow with the output."""
     out = out.to(ref.device)
     shape = tuple(ref.shape)
     n = max(ref.numel(), 1)
     if not ref.is_floating_point() and not ref.is_complex():
-        wrong = out.reshape(-1) != ref.reshape(-1)
-        count = int(wrong.sum())
-        if not count:
-            return Comparison(True)
-        pm = poison_mask(out)
-        if pm is not None and bool((pm.reshape(-1) & wrong).any()):
-            k = int((pm.reshape(-1) & wrong).sum())
-            return Comparison(False, Reason.STALE_OUTPUT, f"{label}: {k} of {n} elements were never written "
-                              "(they still hold the poison value put into fresh allocations)", 1.0, 1.0)
-        first = int(wrong.nonzero()[0])
+        return _int_compare(out, ref, label, shape)
+    o, r = _flat(out), _flat(ref)
+    total = r.numel()
+    f64 = torch.float64
+    # Pass 1: non-finite values, and the rms of the reference's finite values.
+    sumsq = 0.0
+    finite = 0
+    bad = never = 0
+    first_bad = first_mismatch = -1
+    for i in _chunks(total):
+        rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK]
+        rfin = torch.isfinite(rc)
+        nf = int(rfin.sum())
+        finite += nf
+        sumsq += float(torch.where(rfin, rc, 0.0).square().sum())
+        ofin = torch.isfinite(oc)
+        if nf == rc.numel() and bool(ofin.all()):
+            continue
+        b = rfin & ~ofin
+        nb = int(b.sum())
+        if nb:
+            bad += nb
+            if first_bad < 0:
+                first_bad = i + int(b.nonzero()[0])
+            pm = poison_mask(oc)
+            if pm is not None:
+                never += int((pm & b).sum())
+        od = oc.to(f64)
+        mism = ~rfin & ~((torch.isnan(rc) & torch.isnan(od)) | (rc == od))
+        if first_mismatch < 0 and bool(mism.any()):
+            first_mismatch = i + int(mism.nonzero()[0])
+    if bad:
+        if never:
+            return Comparison(False, Reason.STALE_OUTPUT, f"{label}: {never} of {n} elements were never written "
+                              "(they still hold the poison NaN put into fresh allocations)", float("inf"), float("inf"))
+        return Comparison(False, Reason.NAN_OUTPUT,
+                          f"{label}: {bad} of {n} elements are NaN or Inf where the reference is finite; "
+                          f"first at index {_index(first_bad, shape)}: got {o[first_bad].item()}, "
+                          f"expected {r[first_bad].item()}", float("inf"), float("inf"))
+    if first_mismatch >= 0:
         return Comparison(False, Reason.WRONG_OUTPUT,
-                          f"{label}: {count} of {n} integer elements differ; first at index {_index(first, shape)}: "
-                          f"got {out.reshape(-1)[first].item()}, expected {ref.reshape(-1)[first].item()}", 1.0, 1.0)
-
-    o = out.reshape(-1).to(torch.float64)
-    r = ref.reshape(-1).to(torch.float64)
-    if bool(torch.isfinite(r).all()) and bool(torch.isfinite(o).all()):
-        rf, of, ref_finite = r, o, None  # the common case: no masking, no copies
-    else:
-        ref_finite = torch.isfinite(r)
-        bad = ref_finite & ~torch.isfinite(o)
-        if bool(bad.any()):
-            count = int(bad.sum())
-            pm = poison_mask(out)
-            if pm is not None and bool((pm.reshape(-1) & bad).any()):
-                k = int((pm.reshape(-1) & bad).sum())
-                return Comparison(False, Reason.STALE_OUTPUT, f"{label}: {k} of {n} elements were never written "
-                                  "(they still hold the poison NaN put into fresh allocations)", float("inf"), float("inf"))
-            first = int(bad.nonzero()[0])
-            return Comparison(False, Reason.NAN_OUTPUT,
-                              f"{label}: {count} of {n} elements are NaN or Inf where the reference is finite; "
-                              f"first at index {_index(first, shape)}: got {o[first].item()}, expected {r[first].item()}",
-                              float("inf"), float("inf"))
-        nonfinite_mismatch = ~ref_finite & ~((torch.isnan(r) & torch.isnan(o)) | (r == o))
-        if bool(nonfinite_mismatch.any()):
-            first = int(nonfinite_mismatch.nonzero()[0])
-            return Comparison(False, Reason.WRONG_OUTPUT,
-                              f"{label}: where the reference is {r[first].item()} (index {_index(first, shape)}) "
-                              f"the candidate gave {o[first].item()}", float("inf"), float("inf"))
-        rf, of = r[ref_finite], o[ref_finite]
-        if rf.numel() == 0:
-            return Comparison(True)
-    rms = float(rf.square().mean().sqrt())
-    diff = (of - rf).abs_()
-    diff_norm = float(diff.norm())
-    err = diff.div_(rf.abs().add_(rms).clamp_min_(torch.finfo(torch.float64).tiny))
-    max_rel = float(err.max())
-    ref_norm = float(rf.norm())
-    norm_rel = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else float("inf"))
+                          f"{label}: where the reference is {r[first_mismatch].item()} (index "
+                          f"{_index(first_mismatch, shape)}) the candidate gave {o[first_mismatch].item()}",
+                          float("inf"), float("inf"))
+    if finite == 0:
+        return Comparison(True)
+    rms = (sumsq / finite) ** 0.5
+    tiny = torch.finfo(f64).tiny
+    # Pass 2: per-element errors relative to |ref| + rms, over the reference's finite values.
+    max_rel = 0.0
+    diff_sq = ref_sq = 0.0
+    over = 0
+    worst: list[tuple[float, int]] = []
+    for i in _chunks(total):
+        rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK].to(f64)
+        rfin = torch.isfinite(rc)
+        rz = torch.where(rfin, rc, 0.0)
+        diff = torch.where(rfin, oc - rz, 0.0).abs_()
+        diff_sq += float(diff.square().sum())
+        ref_sq += float(rz.square().sum())
+        err = diff.div_(rz.abs().add_(rms).clamp_min_(tiny))
+        m = float(err.max()) if err.numel() else 0.0
+        max_rel = max(max_rel, m)
+        if m > tol:
+            over += int((err > tol).sum())
+            top = torch.topk(err, k=min(3, err.numel()))
+            worst.extend((float(v), i + int(j)) for v, j in zip(top.values.tolist(), top.indices.tolist()))
+    norm_rel = (diff_sq ** 0.5) / (ref_sq ** 0.5) if ref_sq > 0 else (0.0 if diff_sq == 0 else float("inf"))
     if max_rel <= tol:
         return Comparison(True, max_rel=max_rel, norm_rel=norm_rel)
-    over = err > tol
-    count = int(over.sum())
-    worst = torch.topk(err, k=min(3, err.numel())).indices
-    positions = ref_finite.nonzero().reshape(-1) if ref_finite is not None else None
-    shown = "; ".join(
-        f"index {_index(int(positions[i]) if positions is not None else i, shape)}: "
-        f"got {of[i].item():.6g}, expected {rf[i].item():.6g}"
-        for i in worst.tolist()
-    )
+    worst = sorted(worst, reverse=True)[:3]
+    shown = "; ".join(f"index {_index(j, shape)}: got {o[j].item():.6g}, expected {r[j].item():.6g}" for _, j in worst)
     return Comparison(
         False, Reason.WRONG_OUTPUT,
-        f"{label}: {count} of {n} elements exceed the tolerance (worst error {max_rel:.3g} vs tolerance {tol:.3g}, "
+        f"{label}: {over} of {n} elements exceed the tolerance (worst error {max_rel:.3g} vs tolerance {tol:.3g}, "
         f"relative to |ref| + rms(ref) = {rms:.3g}; norm-wise error {norm_rel:.3g}); worst: {shown}",
         max_rel, norm_rel,
     )
+
+
+def _trivial_passes(ref: torch.Tensor, tol: float, value: float | None = None, other: torch.Tensor | None = None) -> bool:
+    """Would a trivial output (the constant `value`, or the tensor `other`) pass against `ref`?
+    Computed slice by slice, without materialising the trivial output."""
+    r = _flat(ref)
+    o = _flat(other) if other is not None else None
+    f64 = torch.float64
+    sumsq, finite = 0.0, 0
+    for i in _chunks(r.numel()):
+        rc = r[i:i + CHUNK].to(f64)
+        fin = torch.isfinite(rc)
+        if not bool(fin.all()):
+            return False  # a trivial output never matches a non-finite reference pattern by accident
+        finite += rc.numel()
+        sumsq += float(rc.square().sum())
+    if finite == 0:
+        return False
+    rms = (sumsq / finite) ** 0.5
+    for i in _chunks(r.numel()):
+        rc = r[i:i + CHUNK].to(f64)
+        cand = o[i:i + CHUNK].to(device=rc.device, dtype=f64) if o is not None else torch.full_like(rc, value or 0.0)
+        if not bool(torch.isfinite(cand).all()):
+            return False
+        err = (cand - rc).abs_().div_(rc.abs().add_(rms).clamp_min_(torch.finfo(f64).tiny))
+        if float(err.max()) > tol:
+            return False
+    return True
+
+
+def _mean(ref: torch.Tensor) -> float:
+    r = _flat(ref)
+    total, count = 0.0, 0
+    for i in _chunks(r.numel()):
+        rc = r[i:i + CHUNK].to(torch.float64)
+        fin = torch.isfinite(rc)
+        total += float(torch.where(fin, rc, 0.0).sum())
+        count += int(fin.sum())
+    return total / count if count else 0.0
 
 
 def degenerate_outputs(refs: list[torch.Tensor], inputs: list, tol: float) -> list[str]:
@@ -137,13 +264,12 @@ def degenerate_outputs(refs: list[torch.Tensor], inputs: list, tol: float) -> li
     floats = [r for r in refs if r.is_floating_point() and r.numel() > 1]
     if not floats:
         return flags
-    if all(compare(torch.zeros_like(r), r, tol).ok for r in floats):
+    if all(_trivial_passes(r, tol, 0.0) for r in floats):
         flags.append("degenerate: an all-zero output would pass")
-    elif all(compare(torch.full_like(r, float(r[torch.isfinite(r)].mean()) if bool(torch.isfinite(r).any()) else 0.0),
-                     r, tol).ok for r in floats):
+    elif all(_trivial_passes(r, tol, _mean(r)) for r in floats):
         flags.append("degenerate: a constant output would pass")
     for i, x in enumerate(inputs):
         if isinstance(x, torch.Tensor) and x.is_floating_point() and len(floats) == 1 and x.shape == floats[0].shape:
-            if compare(x.to(floats[0].device), floats[0], tol).ok:
+            if _trivial_passes(floats[0], tol, other=x):
                 flags.append(f"degenerate: passing input {i} through unchanged would pass")
     return flags

@@ -25,48 +25,71 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(h[:8], "big") >> 1
 
 
-def _generator(seed: int) -> torch.Generator:
-    g = torch.Generator()
+def _generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    g = torch.Generator(device=device)
     g.manual_seed(seed)
     return g
 
 
-def seeded_call(fn: Any, seed: int) -> Any:
-    """Call a problem hook (get_inputs, Model(...)) with the global RNGs seeded, restoring them after."""
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+def seeded_call(fn: Any, seed: int, device: torch.device | None = None) -> Any:
+    """Call a problem hook (get_inputs, Model(...)) with the RNGs seeded, restoring them after.
+
+    With `device`, factory calls that name no device (KernelBench's `torch.rand(batch, dim)`) allocate
+    and draw on it: inputs of gigabytes are made where they are used, with no host round trip."""
+    devices = [device.index or 0] if device is not None and device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        return fn()
+        if device is None or device.type == "cpu":
+            return fn()
+        with torch.device(device):
+            return fn()
+
+
+CHUNK = 1 << 24
 
 
 def transform(family: str, inputs: list[Any], seed: int) -> list[Any]:
-    """Apply an input family to a set of inputs drawn from the problem's own `get_inputs()`."""
+    """Apply an input family to a set of inputs drawn from the problem's own `get_inputs()`.
+
+    Runs where the inputs are (the GPU for a GPU evaluation), in slices, in float32 arithmetic (float64
+    for float64 inputs), so a transformed set of gigabytes costs no host memory and little device memory."""
     if family in ("base", TEST_FAMILY):
         return inputs
-    g = _generator(seed)
     out = []
-    for x in inputs:
+    for k, x in enumerate(inputs):
         if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
             out.append(x)
             continue
-        src = x.detach().to("cpu", torch.float64)
+        g = _generator(derive_seed(seed, k), x.device)
+        work = torch.float64 if x.dtype == torch.float64 else torch.float32
+        src = x.detach().contiguous()
         if family == "sign_flip":
-            y = -src
+            y = torch.neg(src)
         elif family == "scaled":
             # log-uniform in [1e-2, 1e2], away from 1 so the scale actually changes
-            e = float(torch.rand((), generator=g)) * 1.5 + 0.5
-            sign = 1 if float(torch.rand((), generator=g)) < 0.5 else -1
-            y = src * (10.0 ** (sign * e))
+            u = torch.rand(2, generator=g, dtype=torch.float64, device=x.device).tolist()
+            e = u[0] * 1.5 + 0.5
+            sign = 1 if u[1] < 0.5 else -1
+            y = (src.to(work) * (10.0 ** (sign * e))).to(x.dtype)
         elif family == "heavy_tailed":
             # Student-t with 2 degrees of freedom, matched to the input's location and spread
-            z = torch.randn(src.shape, generator=g, dtype=torch.float64)
-            u = (torch.randn(src.shape, generator=g, dtype=torch.float64) ** 2
-                 + torch.randn(src.shape, generator=g, dtype=torch.float64) ** 2) / 2
-            t = z / u.clamp_min(1e-12).sqrt()
-            std = float(src.std()) if src.numel() > 1 else 1.0
+            flat = src.reshape(-1)
+            if flat.numel() > 1:
+                std_t, mean_t = torch.std_mean(flat.to(work))
+                std, mean = float(std_t), float(mean_t)
+            else:
+                std, mean = 1.0, float(flat.to(work).sum()) if flat.numel() else 0.0
             std = std if math.isfinite(std) and std > 0 else 1.0
-            mean = float(src.mean()) if src.numel() else 0.0
-            y = mean + std * t.clamp(-1e4, 1e4)
+            mean = mean if math.isfinite(mean) else 0.0
+            y = torch.empty_like(src)
+            yf = y.reshape(-1)
+            for i in range(0, yf.numel(), CHUNK):
+                n = min(CHUNK, yf.numel() - i)
+                z = torch.randn(n, generator=g, dtype=work, device=x.device)
+                a = torch.randn(n, generator=g, dtype=work, device=x.device)
+                b = torch.randn(n, generator=g, dtype=work, device=x.device)
+                t = z / ((a * a + b * b) / 2).clamp_min_(1e-12).sqrt_()
+                yf[i:i + n] = (mean + std * t.clamp_(-1e4, 1e4)).to(x.dtype)
         else:
             raise ValueError(f"unknown input family {family!r}")
         out.append(like(x, y))
@@ -83,19 +106,44 @@ def like(x: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         return values.to(dtype=x.dtype, device=x.device).contiguous()
 
 
+def is_structure(name: str, t: torch.Tensor) -> bool:
+    """Whether a floating buffer encodes the problem's structure rather than learned or running state.
+
+    A buffer keeps its values when they are integers (or ±inf) and not all the same: a causal mask kept
+    as `tril(ones)`, a `-inf`/0 attention mask, an index or position table. Noise on such a buffer changes
+    the function the reference computes (`mask == 0` is false everywhere). Running statistics
+    (`running_*`), constant buffers and buffers of fractional values are state: they get fresh values."""
+    if "running_" in name or t.numel() < 2:
+        return False
+    flat = t.detach().reshape(-1)
+    if bool(torch.isnan(flat).any()):
+        return False
+    fin = torch.isfinite(flat)
+    if not bool(torch.where(fin, flat == torch.round(flat), True).all()):
+        return False  # fractional values: state, not structure
+    return not bool((flat == flat[0]).all())
+
+
 @torch.no_grad()
-def rerandomize_parameters(model: nn.Module, seed: int) -> None:
-    """Draw fresh values for every floating parameter and buffer, so a candidate that assumes the default
-    initialisation (ones, zeros, a seeded init) computes the wrong function."""
-    g = _generator(seed)
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+def rerandomize_parameters(model: nn.Module, seed: int) -> list[str]:
+    """Draw fresh values for every floating parameter and every floating buffer that is not structure
+    (`is_structure`), on the device the model lives on, so a candidate that assumes the default
+    initialisation (ones, zeros, a seeded init, zero running means) computes the wrong function.
+    Returns the names of the buffers kept as they were."""
+    kept = []
+    for k, (name, t) in enumerate(list(model.named_parameters()) + list(model.named_buffers())):
         if not t.is_floating_point() or t.numel() == 0:
             continue
-        src = t.detach().to("cpu", torch.float64)
+        if not isinstance(t, nn.Parameter) and is_structure(name, t):
+            kept.append(name)
+            continue
+        g = _generator(derive_seed(seed, name, k), t.device)
+        work = torch.float64 if t.dtype == torch.float64 else torch.float32
+        src = t.detach().to(work)
         rms = float(src.pow(2).mean().sqrt()) if src.numel() else 0.0
         scale = max(rms, 0.05) * 0.5
-        noise = torch.randn(src.shape, generator=g, dtype=torch.float64) * scale
-        new = src + noise
+        new = src + torch.randn(src.shape, generator=g, dtype=work, device=t.device) * scale
         if "running_var" in name or name.endswith("var"):
             new = new.abs() + 1e-3  # variances stay positive
         t.copy_(new.to(t.dtype))
+    return kept

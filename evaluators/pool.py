@@ -73,14 +73,107 @@ class WorkerFault(Exception):
 
 @dataclass
 class Limits:
-    """Per-phase wall-clock limits (seconds) and memory limit for one candidate process."""
+    """Per-phase wall-clock limits (seconds) and the host-memory limit of one candidate process.
+
+    Compilation and execution are limited separately. A phase that may compile (the import, the first
+    forward, a profile) gets its execution limit plus a compile allowance: the deadline moves on while
+    the worker's Triton cache keeps growing (a kernel is being compiled), until nothing new has appeared
+    for `compile_quiet_s`, and never past `compile_cap_s`. Execution limits left at None are scaled from
+    the reference forward's own measured time (`scaled`), with a floor, so a hang on a small problem is
+    judged in seconds and a large problem is never cut short."""
 
     startup_s: float = 120.0
-    load_s: float = 120.0
-    first_call_s: float = 300.0
-    call_s: float = 60.0
-    timing_s: float = 300.0
+    load_s: float = 30.0
+    first_call_s: float | None = None
+    """the first forward's execution limit (before its compile allowance); None: the scaled call limit"""
+    call_s: float | None = None
+    """every later forward; None: `call_floor_s` or `call_factor` times the reference forward, the larger"""
+    timing_s: float | None = None
+    """the whole timing request; None: scaled from the repetitions and the reference forward"""
     memory_bytes: int = 16 << 30
+    compile_quiet_s: float = 20.0
+    compile_cap_s: float = 600.0
+    call_floor_s: float = 10.0
+    call_factor: float = 50.0
+    cpu_call_floor_s: float = 30.0
+    cpu_call_factor: float = 1000.0
+    """Triton's interpreter runs a kernel orders of magnitude slower than PyTorch runs the reference"""
+
+    def scaled(self, ref_forward_s: float | None, device_type: str, reps: int = 0) -> dict[str, float]:
+        """The execution limits for a problem whose reference forward takes `ref_forward_s` seconds."""
+        ref = max(ref_forward_s or 0.0, 0.0)
+        floor, factor = (self.cpu_call_floor_s, self.cpu_call_factor) if device_type == "cpu" \
+            else (self.call_floor_s, self.call_factor)
+        call = self.call_s if self.call_s is not None else max(floor, factor * ref)
+        first = self.first_call_s if self.first_call_s is not None else call
+        timing = self.timing_s if self.timing_s is not None else max(60.0, call + reps * (20 * ref + 0.02))
+        return {"load_s": self.load_s, "first_call_s": first, "call_s": call, "timing_s": timing}
+
+
+class _Expired(Exception):
+    """The phase's deadline passed with no compilation going on."""
+
+
+def _latest_mtime(path: str) -> float:
+    latest = 0.0
+    stack = [path]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    latest = max(latest, st.st_mtime)
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+        except OSError:
+            continue
+    return latest
+
+
+class _Spawner:
+    """Starts every worker from one long-lived thread. A worker asks the kernel for SIGKILL when its
+    parent dies (PR_SET_PDEATHSIG), and the kernel means the thread that forked it: forking from a
+    thread that lives as long as the process ties the worker to the process, not to whichever short-lived
+    thread happened to ask for a spare."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self._q: queue.Queue[Any] = queue.Queue()
+        threading.Thread(target=self._loop, name="kw-spawner", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            args, kwargs, box, done = self._q.get()
+            try:
+                box.append(subprocess.Popen(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box.append(e)
+            done.set()
+
+    def popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        box: list[Any] = []
+        done = threading.Event()
+        self._q.put((args, kwargs, box, done))
+        done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+
+_SPAWNER: _Spawner | None = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawner() -> _Spawner:
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = _Spawner()
+        return _SPAWNER
 
 
 class Worker:
@@ -105,9 +198,10 @@ class Worker:
         self.started = time.monotonic()
         self.startup_s: float | None = None
         self.info: dict[str, Any] = {}
-        self.proc = subprocess.Popen(
+        self.proc = _spawner().popen(
             [*(wrapper or []), sys.executable, "-s", "-m", "kernelwright.evaluators.worker", "--fd", str(child.fileno()),
-             "--device", device, "--spawned", repr(time.time()), *(["--no-sandbox"] if wrapper else []),
+             "--device", device, "--spawned", repr(time.time()),
+             *(["--no-sandbox"] if wrapper else ["--parent", str(os.getpid())]),
              *(["--gpu-lock", *lock_paths(torch.device(device))] if device.startswith("cuda") else [])],
             cwd=self.scratch, env=scrubbed_env(self.scratch, device), stdin=subprocess.DEVNULL,
             stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(child.fileno(),),
@@ -118,6 +212,8 @@ class Worker:
         self._ready = False
         self._ready_lock = threading.Lock()
         self._oom = False
+        self.device_peak = 0
+        """the most device memory the worker's allocator reported holding (its own figure)"""
 
     # -- health ---------------------------------------------------------------------------------------
 
@@ -210,25 +306,52 @@ class Worker:
         return header
 
     def request(self, header: dict[str, Any], payload: Any, timeout: float, phase: str,
-                max_bytes: int = 1 << 34) -> tuple[dict[str, Any], Any]:
+                max_bytes: int = 1 << 34, compiles: bool = False) -> tuple[dict[str, Any], Any]:
+        """Send one request and wait for the reply. With `compiles`, the deadline moves on while the
+        worker's Triton cache grows (see `Limits`)."""
         self.wait_ready()
         try:
             wire.send(self.sock, header, payload, timeout=max(timeout, 30.0))
         except wire.WireError as e:
             raise self._died(phase) if self.proc.poll() is not None else WorkerFault(
                 Reason.WORKER_ERROR, f"could not send to the worker: {e}") from e
-        return self._receive(timeout, phase, max_bytes)
+        return self._receive(timeout, phase, max_bytes, compiles)
 
-    def _receive(self, timeout: float, phase: str, max_bytes: int = 1 << 34) -> tuple[dict[str, Any], Any]:
+    def _receive(self, timeout: float, phase: str, max_bytes: int = 1 << 34,
+                 compiles: bool = False) -> tuple[dict[str, Any], Any]:
+        start = time.monotonic()
+        compiled_until = [start]
+        poll = self._poll
+        if compiles:
+            base_mtime = _latest_mtime(self.cache_dir)
+
+            def poll() -> None:
+                self._poll()
+                now = time.monotonic()
+                if now - start <= timeout:
+                    return
+                latest = _latest_mtime(self.cache_dir)
+                if latest > base_mtime:
+                    compiled_until[0] = max(compiled_until[0], now - max(time.time() - latest, 0.0))
+                if now - compiled_until[0] > self.limits.compile_quiet_s:
+                    raise _Expired()
+        cap = max(timeout, self.limits.compile_cap_s) if compiles else timeout
         try:
-            reply = wire.recv(self.sock, timeout=timeout, max_bytes=max_bytes, poll=self._poll)
+            reply = wire.recv(self.sock, timeout=cap, max_bytes=max_bytes, poll=poll)
+            peak = reply[0].get("device_peak")
+            if isinstance(peak, int):  # the worker's word: informative only (a memory figure, never a verdict)
+                self.device_peak = max(self.device_peak, peak)
             # The watchdog also looks once per reply: a quick phase (a load that hoards memory in well under
             # the half-second poll interval, on a fast machine) must not slip past it.
             self._poll()
             return reply
-        except wire.WireTimeout:
+        except (wire.WireTimeout, _Expired):
             self.kill()
-            raise WorkerFault(Reason.TIMEOUT, f"the candidate did not finish {phase} within {timeout:.0f} s") from None
+            spent = time.monotonic() - start
+            compiling = compiled_until[0] - start
+            how = f" ({compiling:.0f} s of it compiling)" if compiles and compiling > 1 else ""
+            raise WorkerFault(Reason.TIMEOUT, f"the candidate did not finish {phase} within {spent:.0f} s{how}; "
+                              f"its limit there is {timeout:.0f} s of execution") from None
         except wire.PeerClosed:
             raise self._died(phase) from None
         except wire.WireError as e:
@@ -274,11 +397,20 @@ class Worker:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
 def _limit_self() -> None:
+    """Runs in the child between fork and exec: no core dumps, bounded files, death with the parent."""
+    import ctypes
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30))
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the worker's own parent watch still applies
+        pass
 
 
 class WorkerPool:

@@ -10,16 +10,17 @@ error against float64 (an honest kernel must not be rejected for being as exact 
 from __future__ import annotations
 
 import copy
-import math
 import logging
+import math
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from .compare import compare, degenerate_outputs
+from .compare import compare
 from .inputs import FAMILIES, TEST_FAMILY, derive_seed, rerandomize_parameters, seeded_call, transform
 from .problem import Precision, Problem, ProblemError, _one_line
 
@@ -31,23 +32,15 @@ MAX_WIDENING = 10.0
 
 @dataclass
 class Trial:
-    """One input set and its expected outputs."""
+    """One input set and its expected outputs, made when its turn comes and dropped after it."""
 
     family: str
     index: int
     inputs: list[Any]  # on the reference device, the problem's (possibly cast) dtype
-    gold: list[torch.Tensor]  # float64 (or the output's own integer dtype)
+    gold: list[torch.Tensor]  # float64 (or the output's own integer dtype); the native result under "native" gold
     out_meta: list[dict[str, Any]]  # dtype/shape/stride of the native reference outputs
-    tolerance: float = 0.0  # set by the battery: the precision's tolerance, widened for this family if needed
-
-
-@dataclass
-class TrialBattery:
-    trials: list[Trial]
-    tolerance: float  # the base family's (what results report)
-    notes: list[str] = field(default_factory=list)
-    problem_flags: list[str] = field(default_factory=list)
-    skipped_families: dict[str, str] = field(default_factory=dict)
+    tolerance: float = 0.0  # the precision's tolerance, widened for this family if PyTorch itself needs it
+    native_error: float = 0.0  # PyTorch's own error in the problem's precision against the gold
 
 
 def flatten_outputs(value: Any) -> list[Any]:
@@ -87,8 +80,18 @@ class tf32_mode:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.saved
 
 
+GOLD_FLOAT64 = "float64"
+GOLD_NATIVE = "native"
+
+
 class ReferenceSession:
-    """The problem's Model on one device, with parameters re-randomised from the secret seed."""
+    """The problem's Model on one device, with parameters re-randomised from the secret seed.
+
+    Trials are made one at a time (`trial`), on the device: inputs drawn there from the seed, the gold
+    output in float64 (or, when the memory plan says float64 does not fit, PyTorch's own result in the
+    problem's precision: `gold_precision`), PyTorch's own error against it, and the tolerance that error
+    implies. Nothing of a trial outlives its use, so the memory a problem needs is one trial's, however many
+    trials are run."""
 
     def __init__(self, problem: Problem, device: torch.device, precision: Precision | None = None,
                  seed: int | None = None) -> None:
@@ -97,22 +100,60 @@ class ReferenceSession:
         self.precision = precision or problem.precision
         self.seed = secrets.randbits(63) if seed is None else seed
         self._batteries = 0
+        self.gold_precision = GOLD_FLOAT64
+        self.gold_note: str | None = None
+        self.forward_times: list[float] = []
+        self.family_error: dict[str, float] = {}
+        self.skipped: dict[str, str] = {}
+        self.notes: list[str] = []
+        self._test_sets: int | None = None
         init = problem.get_init_inputs()
         try:
-            model = seeded_call(lambda: problem.model_cls(*init), derive_seed(self.seed, "init"))
+            model = seeded_call(lambda: problem.model_cls(*init), derive_seed(self.seed, "init"), device)
+        except ProblemError:
+            raise
         except Exception as e:
             raise ProblemError(f"{problem.path}: Model(*get_init_inputs()) raised {type(e).__name__}: {_one_line(e)}") from e
-        rerandomize_parameters(model, derive_seed(self.seed, "params"))
         cast = self.precision.cast_dtype
-        self.native: nn.Module = model.to(device=device, dtype=cast) if cast else model.to(device)
-        self.gold_model: nn.Module | None
-        try:
-            self.gold_model = copy.deepcopy(self.native).double()
-        except Exception as e:  # a model that cannot be copied or cast: fall back to the native result
-            log.info("no float64 reference for %s: %s", problem.path, e)
-            self.gold_model = None
+        model = model.to(device=device, dtype=cast) if cast else model.to(device)
+        self.kept_buffers = rerandomize_parameters(model, derive_seed(self.seed, "params"))
+        self.native: nn.Module = model
+        self._gold_model: nn.Module | None = None
+        self._gold_failed: str | None = None
         self.init_inputs = init
         self.state = {k: v.detach().cpu() for k, v in self.native.state_dict().items()}
+
+    @property
+    def base_tolerance(self) -> float:
+        tol = self.problem.tolerance_override or self.precision.tolerance
+        # Against PyTorch's own result the gold carries an error of its own, up to what any honest result
+        # may have: the tolerance doubles to account for it.
+        return 2 * tol if self.gold_precision == GOLD_NATIVE else tol
+
+    def use_native_gold(self, why: str) -> None:
+        self.gold_precision = GOLD_NATIVE
+        self.gold_note = why
+        self._gold_model = None
+
+    @property
+    def forward_s(self) -> float | None:
+        """The reference forward's typical wall time (seconds, synchronised), once one has run."""
+        if not self.forward_times:
+            return None
+        xs = sorted(self.forward_times)
+        return xs[len(xs) // 2]
+
+    def _gold(self) -> nn.Module | None:
+        if self.gold_precision != GOLD_FLOAT64 or self._gold_failed:
+            return None
+        if self._gold_model is None:
+            try:
+                self._gold_model = copy.deepcopy(self.native).double()
+            except Exception as e:  # a model that cannot be copied or cast: fall back to the native result
+                self._gold_failed = f"the model has no float64 version ({type(e).__name__}: {_one_line(e)})"
+                self.use_native_gold(self._gold_failed)
+                return None
+        return self._gold_model
 
     # -- trials ---------------------------------------------------------------------------------------
 
@@ -123,90 +164,106 @@ class ReferenceSession:
             torch.cuda.synchronize(self.device)
         return outs
 
-    def _draw(self, family: str, index: int, battery: int) -> list[list[Any]]:
-        seed = derive_seed(self.seed, "battery", battery, family, index)
+    def new_battery(self) -> int:
+        """A fresh label for a battery of trials: its input sets have values no earlier battery had."""
+        self._batteries += 1
+        return self._batteries
+
+    def schedule(self, trials_per_family: int, families: tuple[str, ...] = FAMILIES) -> list[tuple[str, int]]:
+        """The (family, index) pairs of one battery, in family order (the caller shuffles)."""
+        pairs = [(f, i) for f in families for i in range(trials_per_family)]
+        if self.problem.has_test_inputs:
+            if self._test_sets is None:
+                self._test_sets = len(seeded_call(self.problem.get_test_inputs, derive_seed(self.seed, "count"),
+                                                  self.device))
+            pairs += [(TEST_FAMILY, i) for i in range(self._test_sets)]
+        return pairs
+
+    def draw(self, family: str, index: int, battery: int) -> list[Any]:
+        """The input set (family, index) of a battery, drawn on the device from the secret seed."""
         if family == TEST_FAMILY:
-            return seeded_call(self.problem.get_test_inputs, seed)
-        base = seeded_call(self.problem.get_inputs, seed)
-        return [transform(family, base, derive_seed(seed, "transform"))]
+            sets = seeded_call(self.problem.get_test_inputs, derive_seed(self.seed, "battery", battery, family),
+                               self.device)
+            raw = sets[index]
+        else:
+            seed = derive_seed(self.seed, "battery", battery, family, index)
+            base = seeded_call(self.problem.get_inputs, seed, self.device)
+            raw = transform(family, _cast_inputs(base, self.device, None), derive_seed(seed, "transform"))
+        return _cast_inputs(raw, self.device, self.precision.cast_dtype)
 
-    def battery(self, trials_per_family: int, families: tuple[str, ...] = FAMILIES,
-                base_tolerance: float | None = None) -> TrialBattery:
-        """Fresh input sets for every family (new values every call) with their expected outputs."""
-        self._batteries += 1
-        b = self._batteries
-        tol = base_tolerance or self.problem.tolerance_override or self.precision.tolerance
-        fams = list(families) + ([TEST_FAMILY] if self.problem.has_test_inputs else [])
-        trials: list[Trial] = []
-        skipped: dict[str, str] = {}
-        notes: list[str] = []
-        base_tol = tol
-        for family in fams:
-            n = 1 if family == TEST_FAMILY else trials_per_family
-            fam_trials: list[Trial] = []
-            fam_err = 0.0
-            for i in range(n):
-                for raw in self._draw(family, i, b):
-                    made = self._make_trial(family, len(fam_trials), raw)
-                    if made is None:
-                        skipped[family] = "the reference itself gives NaN or Inf on this family"
-                        break
-                    fam_trials.append(made[0])
-                    fam_err = max(fam_err, made[1])
-                if family in skipped:
-                    break
-            if family in skipped:
-                if family == "base":
-                    raise ProblemError(f"{self.problem.path}: the reference output is NaN or Inf on the problem's own inputs")
-                continue
-            # Never hold a candidate to a tighter tolerance than PyTorch's own result in this precision
-            # meets, family by family; but a family on which the reference itself is far off says nothing
-            # (widening for it would loosen the check), so it is skipped instead.
-            fam_tol = max(base_tol, CALIBRATION_MARGIN * fam_err)
-            if fam_tol > MAX_WIDENING * base_tol and family != "base":
-                skipped[family] = (f"PyTorch's own {self.precision.value} reference deviates by {fam_err:.3g} from "
-                                   "float64 on this family: too imprecise to judge against")
-                continue
-            if fam_tol > base_tol:
-                notes.append(f"{family}: tolerance widened from {base_tol:.3g} to {fam_tol:.3g}: PyTorch's own "
-                             f"{self.precision.value} reference deviates by {fam_err:.3g} from the float64 result")
-            for t in fam_trials:
-                t.tolerance = fam_tol
-            if family == "base":
-                tol = fam_tol
-            trials.extend(fam_trials)
-        base_trials = [t for t in trials if t.family == "base"]
-        flags = []
-        if base_trials:
-            # Two trials are enough to tell a degenerate problem; more only costs time.
-            per_trial = [set(degenerate_outputs(t.gold, t.inputs, tol)) for t in base_trials[:2]]
-            flags = sorted(set.intersection(*per_trial))
-        return TrialBattery(trials, tol, notes, flags, skipped)
-
-    def timing_pool(self, reps: int, budget_bytes: int) -> list[Trial]:
-        """Input sets for timing (the problem's own distribution, fresh values) with expected outputs.
-
-        As many sets as repetitions when they fit in `budget_bytes`, so no repetition sees warm data."""
-        self._batteries += 1
-        b = self._batteries
-        first = self._pool_trial(b, 0)
-        per_set = sum(x.numel() * x.element_size() for x in first.inputs if isinstance(x, torch.Tensor))
-        per_set += sum(g.numel() * g.element_size() for g in first.gold)
-        n = max(2, min(reps, budget_bytes // max(per_set, 1)))
-        return [first] + [self._pool_trial(b, i) for i in range(1, n)]
-
-    def _pool_trial(self, battery: int, i: int) -> Trial:
-        raw = seeded_call(self.problem.get_inputs, derive_seed(self.seed, "timing", battery, i))
-        made = self._make_trial("base", i, raw)
+    def trial(self, family: str, index: int, battery: int) -> Trial | None:
+        """Make one trial, or None when its family must be skipped (`skipped` says why)."""
+        if family in self.skipped:
+            return None
+        inputs = self.draw(family, index, battery)
+        made = self._make_trial(family, index, inputs)
         if made is None:
-            raise ProblemError(f"{self.problem.path}: the reference output is NaN or Inf on the problem's own inputs")
-        return made[0]
+            if family == "base":
+                raise ProblemError(f"{self.problem.path}: the reference output is NaN or Inf on the problem's own inputs")
+            self.skipped[family] = "the reference itself gives NaN or Inf on this family"
+            return None
+        trial, err = made
+        base_tol = self.base_tolerance
+        # Never hold a candidate to a tighter tolerance than PyTorch's own result in this precision meets
+        # on this family; but a family on which the reference itself is far off says nothing (widening
+        # for it would loosen the check), so it is skipped instead.
+        fam_err = max(self.family_error.get(family, 0.0), err)
+        self.family_error[family] = fam_err
+        fam_tol = max(base_tol, CALIBRATION_MARGIN * fam_err)
+        if fam_tol > MAX_WIDENING * base_tol and family != "base":
+            self.skipped[family] = (f"PyTorch's own {self.precision.value} reference deviates by {fam_err:.3g} from "
+                                    "float64 on this family: too imprecise to judge against")
+            return None
+        if fam_tol > base_tol:
+            note = (f"{family}: tolerance widened from {base_tol:.3g} to {fam_tol:.3g}: PyTorch's own "
+                    f"{self.precision.value} reference deviates by {fam_err:.3g} from the float64 result")
+            self.notes = [n for n in self.notes if not n.startswith(f"{family}:")] + [note]
+        trial.tolerance = fam_tol
+        return trial
 
-    def _make_trial(self, family: str, index: int, raw: list[Any]) -> tuple[Trial, float] | None:
-        inputs = _cast_inputs(raw, self.device, self.precision.cast_dtype)
+    def timing_inputs(self, n: int) -> list[list[Any]]:
+        """`n` input sets for timing: the problem's own distribution, values no trial had."""
+        b = self.new_battery()
+        return [self.draw_timing(b, i) for i in range(n)]
+
+    def draw_timing(self, battery: int, i: int) -> list[Any]:
+        raw = seeded_call(self.problem.get_inputs, derive_seed(self.seed, "timing", battery, i), self.device)
+        return _cast_inputs(raw, self.device, self.precision.cast_dtype)
+
+    def gold_for(self, inputs: list[Any]) -> list[torch.Tensor]:
+        """The expected outputs for an input set (float64, or the native result under native gold)."""
+        gold_model = self._gold()
+        if gold_model is not None:
+            try:
+                return [g.double() if g.is_floating_point() else g
+                        for g in self._run(gold_model, _to_double(inputs), tf32=False)]
+            except Exception as e:  # noqa: BLE001
+                if _is_oom(e):
+                    raise
+                log.info("float64 reference failed for %s (%s); using the native result", self.problem.path, e)
+                self.use_native_gold(f"the float64 reference failed ({type(e).__name__}: {_one_line(e)})")
+        return self._run(self.native, inputs, self.precision.allows_tf32)
+
+    def _make_trial(self, family: str, index: int, inputs: list[Any]) -> tuple[Trial, float] | None:
+        gold: list[torch.Tensor] = []
+        gold_model = self._gold()
+        if gold_model is not None:
+            try:
+                gold = [g.double() if g.is_floating_point() else g
+                        for g in self._run(gold_model, _to_double(inputs), tf32=False)]
+            except Exception as e:
+                if _is_oom(e):
+                    raise
+                log.info("float64 reference failed for %s (%s); using the native result", self.problem.path, e)
+                self.use_native_gold(f"the float64 reference failed ({type(e).__name__}: {_one_line(e)})")
+                gold = []
         try:
+            t0 = time.perf_counter()
             native = self._run(self.native, inputs, self.precision.allows_tf32)
+            self.forward_times.append(time.perf_counter() - t0)
         except Exception as e:
+            if _is_oom(e):
+                raise
             if family == "base":
                 raise ProblemError(f"{self.problem.path}: Model.forward raised {type(e).__name__}: {_one_line(e)}") from e
             return None
@@ -215,27 +272,37 @@ class ReferenceSession:
                 raise ProblemError(
                     f"{self.problem.path}: Model.forward returned a {type(o).__name__} (output {i}), not a tensor"
                 )
-        gold: list[torch.Tensor] = []
-        if self.gold_model is not None:
-            try:
-                gold = [g.double() if g.is_floating_point() else g
-                        for g in self._run(self.gold_model, _to_double(inputs), tf32=False)]
-            except Exception as e:
-                log.info("float64 reference failed for %s (%s); using the native result", self.problem.path, e)
-                self.gold_model = None
-        if not gold or len(gold) != len(native):
-            gold = [o.double() if o.is_floating_point() else o for o in native]
-        if any(g.is_floating_point() and not bool(torch.isfinite(g).all()) for g in gold):
-            if family == "base" and all(not bool(torch.isfinite(g).any()) for g in gold if g.is_floating_point()):
+        if gold and len(gold) != len(native):
+            gold = []
+        meta = [{"dtype": o.dtype, "shape": list(o.shape), "stride": list(o.stride()), "contiguous": o.is_contiguous()}
+                for o in native]
+        err = 0.0
+        if gold:
+            for o, g in zip(native, gold):
+                if o.is_floating_point():
+                    c = compare(o, g, 1.0)
+                    if math.isfinite(c.max_rel):
+                        err = max(err, c.max_rel)
+            del native
+        else:
+            gold = native
+        if any(g.is_floating_point() and not _all_finite(g) for g in gold):
+            if family == "base" and all(not _any_finite(g) for g in gold if g.is_floating_point()):
                 return None
             if family != "base":
                 return None
-        err = 0.0
-        for o, g in zip(native, gold):
-            if o.is_floating_point():
-                c = compare(o, g, 1.0)
-                if math.isfinite(c.max_rel):
-                    err = max(err, c.max_rel)
-        meta = [{"dtype": o.dtype, "shape": list(o.shape), "stride": list(o.stride()), "contiguous": o.is_contiguous()}
-                for o in native]
-        return Trial(family, index, inputs, gold, meta), err
+        return Trial(family, index, inputs, gold, meta, native_error=err), err
+
+
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(e).lower()
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    f = t.reshape(-1)
+    return all(bool(torch.isfinite(f[i:i + (1 << 24)]).all()) for i in range(0, f.numel(), 1 << 24))
+
+
+def _any_finite(t: torch.Tensor) -> bool:
+    f = t.reshape(-1)
+    return any(bool(torch.isfinite(f[i:i + (1 << 24)]).any()) for i in range(0, f.numel(), 1 << 24))

@@ -53,8 +53,12 @@ class Reason(StrEnum):
     CRASHED = "crashed"
     OUT_OF_MEMORY = "out_of_memory"
     CUDA_ERROR = "cuda_error"
-    # Ours, not the candidate's.
+    # Ours, not the candidate's (`worker_error` is a verdict on the candidate's process; the rest come with
+    # verdict "error": the judge could not judge, and the candidate is not to blame).
     WORKER_ERROR = "worker_error"
+    PROBLEM_TOO_LARGE = "problem_too_large"
+    BAD_PROBLEM = "bad_problem"
+    EVALUATOR_ERROR = "evaluator_error"
 
 
 class Check(BaseModel):
@@ -88,7 +92,8 @@ class TrialRecord(BaseModel):
 class EvalResult(BaseModel):
     """The whole verdict on one candidate for one problem, device and precision."""
 
-    verdict: Literal["pass", "fail"]
+    verdict: Literal["pass", "fail", "error"]
+    """pass or fail: a verdict on the candidate; error: the evaluator could not judge it (`reason` says why)"""
     reason: Reason
     detail: str = ""
     rule: str | None = Field(default=None, description="the static rule that fired, for forbidden_code")
@@ -99,6 +104,9 @@ class EvalResult(BaseModel):
     )
     norm_rel_error: float | None = Field(default=None, description="worst ||out-ref|| / ||ref|| over all trials")
     tolerance: float | None = None
+    gold_precision: str | None = Field(
+        default=None, description="float64, or native when a float64 reference does not fit (tolerance doubled)")
+    memory: dict[str, Any] | None = Field(default=None, description="the memory plan the evaluation ran under")
     precision: str = "fp32"
     device: str = "cpu"
     trials: list[TrialRecord] = Field(default_factory=list)

@@ -163,23 +163,28 @@ def judge_speedup(speedup: float, band: float) -> str:
 
 
 def suspect_flags(cand: Samples, eager: Samples, *, floor_ms: float | None = None,
-                  clocks: dict[str, dict[str, Any]] | None = None) -> tuple[list[str], dict[str, float] | None]:
+                  clocks: dict[str, dict[str, Any]] | None = None,
+                  best_baseline_ms: float | None = None) -> tuple[list[str], dict[str, float] | None]:
     """Why a candidate's timing is not to be believed (empty: no reason), and the flush+spin medians.
 
-    - faster than 0.9x the roofline floor, or more than 10x faster than eager: too good to be true;
+    - faster than 0.9x the roofline floor, or more than 10x faster than the best baseline measured (eager
+      or torch.compile, whichever is faster: eager alone is pathologically slow on some problems, and
+      matching the compiler is no reason for suspicion): too good to be true;
     - the fixed flush and spin before each call took much longer than for the baseline: another process
       was using the GPU during the measurement;
     - the wall clock exceeds the events (from before the flush to after the call) by much more than for the
       baseline: work ran outside the timed stream;
-    - NVML reported throttling before or after the timing.
+    - NVML reported a throttle reason while the SM clock was actually below its maximum (a reason that is
+      set while the clock runs at full speed, as `sw_power_cap` often is, moved nothing).
     """
     med = statistics.median(cand.event_ms)
     eager_med = statistics.median(eager.event_ms)
+    best = best_baseline_ms if best_baseline_ms is not None else eager_med
     flags: list[str] = []
     if floor_ms is not None and med < 0.9 * floor_ms:
         flags.append(f"faster than the roofline floor ({med:.4g} ms < {floor_ms:.4g} ms)")
-    if eager_med / med > 10:
-        flags.append(f"more than 10x faster than eager ({eager_med / med:.1f}x)")
+    if best / med > 10:
+        flags.append(f"more than 10x faster than the best baseline ({best / med:.1f}x against {best:.4g} ms)")
     flush_spin = None
     if cand.pre_ms and eager.pre_ms:
         pre_c, pre_e = statistics.median(cand.pre_ms), statistics.median(eager.pre_ms)
@@ -193,6 +198,18 @@ def suspect_flags(cand: Samples, eager: Samples, *, floor_ms: float | None = Non
         flags.append(f"work outside the timed stream: the wall clock exceeds the events by {gap_c:.3f} ms "
                      f"(baseline {gap_e:.3f} ms)")
     for when, c in (clocks or {}).items():
-        if c.get("throttled"):
-            flags.append(f"GPU throttled {when} timing: {', '.join(c.get('throttle', []))}")
+        flag = throttle_flag(when, c)
+        if flag:
+            flags.append(flag)
     return flags, flush_spin
+
+
+def throttle_flag(when: str, reading: dict[str, Any]) -> str | None:
+    """A throttling flag for one NVML reading, only when a reason was active and the SM clock was down."""
+    if not reading.get("throttled"):
+        return None
+    sm, top = reading.get("sm_clock_mhz"), reading.get("max_sm_clock_mhz")
+    if isinstance(sm, (int, float)) and isinstance(top, (int, float)) and top > 0 and sm >= 0.95 * top:
+        return None
+    shown = f" (SM clock {sm} of {top} MHz)" if sm is not None else ""
+    return f"GPU throttled {when} timing: {', '.join(reading.get('throttle', []))}{shown}"

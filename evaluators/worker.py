@@ -19,6 +19,22 @@ import traceback
 from typing import Any
 
 _STAGES: dict[str, float] = {"module_loaded": time.time()}
+_KILLPG, _GETPPID, _GETPGRP = os.killpg, os.getppid, os.getpgrp  # before any guard wraps them
+
+
+def _watch_parent(parent: int) -> None:
+    """Die with the trusted process, however it dies: when this process is re-parented (its parent is
+    gone), kill the whole process group, this worker and anything it started. Started before the guards,
+    so the candidate cannot stop it by forbidding threads; a second line besides the parent-death signal."""
+    import threading
+
+    def loop() -> None:
+        while True:
+            if _GETPPID() != parent:
+                _KILLPG(_GETPGRP(), 9)
+            time.sleep(0.25)
+
+    threading.Thread(target=loop, name="kw-parent-watch", daemon=True).start()
 
 
 def _device_setup(device: str) -> Any:
@@ -141,16 +157,37 @@ class Session:
         self._perf = time.perf_counter
         self._send = wire.send
         self._recv = wire.recv
+        self.ipc = None
+        if self.dev.type == "cuda":
+            try:  # bound before the candidate loads; buffers are shared with the trusted process from here
+                from . import ipc
+
+                ipc.driver()
+                self.ipc = ipc
+            except Exception as e:  # noqa: BLE001 - the trusted side falls back to the socket
+                self.ipc_error = f"{type(e).__name__}: {e}"
         self.guard.snapshot()
         self.model: Any = None
         self.buffers: list[Any] | None = None
+        self.shared_sets: list[list[Any]] = []  # [set][input] -> ipc.Exported or None (not a tensor)
         self.held: list[list[Any]] = []
         self.held_bytes = 0
+        self.exports: list[Any] = []  # outputs of the last call, exported, until the next call
         self.threads0 = 0
 
     # -- protocol -------------------------------------------------------------------------------------
 
     def reply(self, header: dict[str, Any], payload: Any = None) -> None:
+        if self.dev.type == "cuda":
+            try:
+                raw = sum(b.tensor.numel() * b.tensor.element_size() for bs in self.shared_sets for b in bs
+                          if b is not None and b.tensor is not None)
+                raw += sum(e.tensor.numel() * e.tensor.element_size() for e in self.exports
+                           if e.raw_ptr is not None and e.tensor is not None)
+                self._raw_peak = max(getattr(self, "_raw_peak", 0), raw)
+                header = {**header, "device_peak": int(self.torch.cuda.max_memory_allocated(self.dev)) + self._raw_peak}
+            except Exception:  # noqa: BLE001 - a broken context: the reply still goes
+                pass
         self._send(self.sock, header, payload)
 
     def serve(self) -> None:
@@ -160,6 +197,7 @@ class Session:
         t0 = _STAGES.get("spawned", _STAGES["module_loaded"])
         stages = {k: round(v - t0, 4) for k, v in _STAGES.items()}
         self.reply({"op": "ready", "pid": os.getpid(), "stages": stages, "sandbox": self.sandbox,
+                    "ipc": self.ipc is not None, "ipc_error": getattr(self, "ipc_error", None),
                     "versions": {"torch": self.torch.__version__, "triton": triton.__version__,
                                  "python": sys.version.split()[0]}})
         while True:
@@ -168,7 +206,8 @@ class Session:
             if op == "exit":
                 return
             handler = {"load": self.load, "call": self.call, "recheck": self.recheck, "time": self.time,
-                       "profile": self.profile}.get(op)
+                       "profile": self.profile, "buffers": self.share_buffers,
+                       "release": self.release}.get(op)
             if handler is None:
                 self.reply({"ok": False, "kind": "protocol", "detail": f"unknown op {op!r}"})
                 continue
@@ -244,11 +283,99 @@ class Session:
         self.buffers = placed
         return placed
 
+    # -- device buffers shared with the trusted process (CUDA) ------------------------------------------
+
+    def share_buffers(self, header: dict[str, Any], payload: Any) -> None:
+        """Allocate raw device buffers for input sets and export them; the trusted process fills them.
+
+        `sets` is a list of input sets, each a list of {shape, stride, dtype} (or None for a non-tensor
+        argument). With `reuse`, buffers of the same layouts are kept (the trusted side refills them)."""
+        from .wire import dtype_from_name
+
+        ipc = self.ipc
+        if ipc is None:
+            return self.reply({"ok": False, "kind": "protocol", "detail": "no CUDA IPC in this worker"})
+        specs = header.get("sets") or []
+        same = bool(header.get("reuse")) and self.shared_sets and self._shared_specs() == specs
+        if not same:
+            self._free_shared()
+            try:
+                for spec_set in specs:
+                    self.shared_sets.append([
+                        ipc.allocate(list(sp["shape"]), list(sp["stride"]), dtype_from_name(sp["dtype"]), self.dev)
+                        if sp else None for sp in spec_set])
+            except Exception as e:  # noqa: BLE001 - out of device memory, mostly
+                self._free_shared()
+                return self._fail(_error_kind(e) if _error_kind(e) != "exception" else "out_of_memory",
+                                  f"allocating the input buffers failed: {e}")
+        self.reply({"ok": True, "buffers": [[b.describe() if b else None for b in bs] for bs in self.shared_sets]})
+
+    def _shared_specs(self) -> list[list[Any]]:
+        return [[{"shape": list(b.tensor.shape), "stride": list(b.tensor.stride()),
+                  "dtype": str(b.tensor.dtype).removeprefix("torch.")} if b else None for b in bs]
+                for bs in self.shared_sets]
+
+    def _free_shared(self) -> None:
+        sets, self.shared_sets = self.shared_sets, []
+        self.buffers = None
+        for bs in sets:
+            for b in bs:
+                if b is not None:
+                    try:
+                        b.free()
+                    except Exception:  # noqa: BLE001 - a buffer the candidate broke: nothing more to do
+                        pass
+
+    def _shared_inputs(self, k: int, values: list[Any]) -> list[Any]:
+        bufs = self.shared_sets[k]
+        return [b.tensor if b is not None else v for b, v in zip(bufs, values)]
+
+    def _export(self, outs: list[Any]) -> list[dict[str, Any]]:
+        """Export each output for the trusted process to read: the allocation it lives in, or (when that
+        cannot be exported) a raw copy of it."""
+        ipc = self.ipc
+        descs = []
+        for o in outs:
+            try:
+                e = ipc.export(o)
+            except Exception:  # noqa: BLE001 - e.g. an allocator setting that maps memory differently
+                e = ipc.allocate(list(o.shape), list(o.stride()), o.dtype, self.dev)
+                e.tensor.copy_(o)
+                self._sync()
+            self.exports.append(e)
+            descs.append(e.describe())
+        return descs
+
+    def _drop_exports(self) -> None:
+        exports, self.exports = self.exports, []
+        for e in exports:
+            if e.raw_ptr is not None and not any(e.tensor is h for hs in self.held for h in hs):
+                try:
+                    e.free()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def release(self, header: dict[str, Any], payload: Any) -> None:
+        """The judge is done with the last call's outputs: drop them (unless held) and give the memory
+        back to the device, so the trusted process can use it for the next reference."""
+        self._drop_exports()
+        if header.get("buffers"):
+            self._free_shared()
+        if self.dev.type == "cuda":
+            self._sync()
+            self.torch.cuda.empty_cache()
+        self.reply({"ok": True, "tampered": self._tampered()})
+
     def call(self, header: dict[str, Any], payload: Any) -> None:
 
         torch = self.torch
         guard = self.guard
-        inputs = self._place_inputs(payload["inputs"], header["layouts"], bool(header.get("reuse")))
+        shared = bool(header.get("shared"))
+        if shared:
+            self._drop_exports()
+            inputs = self._shared_inputs(0, payload["inputs"])
+        else:
+            inputs = self._place_inputs(payload["inputs"], header["layouts"], bool(header.get("reuse")))
         self._sync()
         self._take()
         profile = bool(header.get("profile")) and self.dev.type == "cuda"
@@ -289,6 +416,15 @@ class Session:
                       "threads": _thread_count() - self.threads0, "kernel_time": kernel_time}
         if len(plain) != len(outs):
             return self.reply(header_out, {"outputs": [], "inputs_after": []})
+        if shared:
+            if header.get("hold"):
+                self.held.append(plain)
+            try:
+                header_out["exports"] = self._export(plain)
+            except Exception as e:  # noqa: BLE001
+                return self._fail(_error_kind(e) if _error_kind(e) != "exception" else "out_of_memory",
+                                  f"the outputs could not be shared with the judge: {e}")
+            return self.reply(header_out)
         self._hold(plain)
         after = [x for x in inputs if isinstance(x, torch.Tensor)]
         self.reply(header_out, {"outputs": plain, "inputs_after": after})
@@ -351,10 +487,16 @@ class Session:
 
         torch = self.torch
         guard = self.guard
+        shared = bool(header.get("shared"))
         sets = []
-        for inputs in payload["sets"]:
-            self.buffers = None
-            sets.append(self._place_inputs(inputs, header["layouts"], False))
+        if shared:
+            self._drop_exports()
+            self.held = []
+            sets = [self._shared_inputs(k, values) for k, values in enumerate(payload["sets"])]
+        else:
+            for inputs in payload["sets"]:
+                self.buffers = None
+                sets.append(self._place_inputs(inputs, header["layouts"], False))
         kept: dict[int, list[Any]] = {}
 
         def run(i: int) -> Any:
@@ -385,6 +527,13 @@ class Session:
                       "threads": _thread_count() - self.threads0,
                       "wall_ms": samples.wall_ms, "outer_ms": samples.outer_ms,
                       "pre_ms": samples.pre_ms, "counts": [len(o) for o in outs], "bad_outputs": len(bad)}
+        if shared:
+            if not bad:
+                try:
+                    header_out["exports"] = self._export([o for group in outs for o in group])
+                except Exception as e:  # noqa: BLE001
+                    return self._fail("out_of_memory", f"the timed outputs could not be shared with the judge: {e}")
+            return self.reply(header_out)
         self.reply(header_out, {"outputs": [] if bad else [o for group in outs for o in group]})
 
     def profile(self, header: dict[str, Any], payload: Any) -> None:
@@ -415,6 +564,8 @@ class Session:
 
     def recheck(self, header: dict[str, Any], payload: Any) -> None:
         self._sync()
+        if header.get("shared"):  # the trusted side re-reads the held outputs through its own mappings
+            return self.reply({"ok": True, "counts": [len(o) for o in self.held], "tampered": self._tampered()})
         flat = [t for outs in self.held for t in outs]
         self.reply({"ok": True, "counts": [len(o) for o in self.held], "tampered": self._tampered()},
                    {"outputs": flat})
@@ -425,12 +576,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fd", type=int, required=True)
     ap.add_argument("--device", required=True)
     ap.add_argument("--spawned", type=float, default=None, help="wall time the parent spawned us")
+    ap.add_argument("--parent", type=int, default=None, help="the trusted process's pid (die when it dies)")
     ap.add_argument("--no-sandbox", action="store_true", help="skip the Landlock confinement (profiler runs)")
     ap.add_argument("--gpu-lock", nargs=2, default=None, metavar=("LOCK", "GATE"),
                     help="the parent's GPU lock files (shared use during start-up)")
     args = ap.parse_args(argv)
     if args.spawned:
         _STAGES["spawned"] = args.spawned
+    parent = args.parent if args.parent is not None else os.getppid()
+    if os.getppid() != parent:  # the trusted process died before we got here
+        return 4
+    _watch_parent(parent)
     sock = socket.socket(fileno=args.fd)
     scratch = os.getcwd()
     try:

@@ -38,6 +38,7 @@ out = Console()
 class CompileMode(str, Enum):
     default = "default"
     max_autotune = "max-autotune"
+    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
     reduce_overhead = "reduce-overhead"
     none = "none"
 
@@ -58,7 +59,7 @@ def _usage_error(message: str) -> typer.Exit:
 
 def _json_error(message: str, reason: str = "usage_error") -> None:
     """--json still means exactly one JSON object on stdout, also for errors. `reason` is usage_error
-    (a bad flag or an unusable device) or bad_problem."""
+    (a bad flag or an unusable device), bad_problem or evaluator_error."""
     sys.stdout.write(json.dumps({"verdict": "error", "reason": reason, "detail": message, "rule": None,
                                  "checks": [], "max_rel_error": None, "tolerance": None, "timing": None,
                                  "timing_unavailable": "nothing was evaluated", "phases": {}}) + "\n")
@@ -84,9 +85,76 @@ def eval_cmd(
     result, prob = _evaluate(problem, candidate, device, precision, trials, compile_mode, as_json)
     if as_json:
         sys.stdout.write(result.model_dump_json() + "\n")
+    elif result.verdict == "error":  # not a verdict on the candidate: one sentence on stderr
+        raise _usage_error(result.detail)
     else:
         _print_result(result, prob.path, str(candidate))
-    raise typer.Exit(0 if result.passed else 1)
+    raise typer.Exit(0 if result.passed else 2 if result.verdict == "error" else 1)
+
+
+@app.command("baseline")
+def baseline_cmd(
+    problems: Annotated[list[Path], typer.Argument(help="problem files (KernelBench format)")],
+    device: Annotated[Optional[str], typer.Option(help="cpu, cuda or cuda:N (default: cuda when a GPU is present)")] = None,
+    precision: Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract (default: each problem's own)")] = None,
+    trials: Annotated[int, typer.Option(min=1, max=100, help="reference trials per input family")] = 5,
+    compile_mode: Annotated[CompileMode, typer.Option(help="torch.compile mode of the compiled baseline")] = CompileMode.default,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per problem, one per line")] = False,
+) -> None:
+    """Check problems before a run: memory plan, reference battery, eager and torch.compile timings, roofline
+    floor and the wall time of each phase, without any candidate. Exit 2 if any problem cannot be evaluated."""
+    from kernelwright.evaluators import DeviceError, EvalPolicy, Evaluator, ProblemError, load_problem, resolve_device
+
+    try:
+        dev = resolve_device(device)
+    except DeviceError as e:
+        raise _fail(str(e), as_json) from None
+    rows = []
+    for path in problems:
+        try:
+            prob = load_problem(path, precision.value if precision else None)
+            policy = EvalPolicy(trials=trials, compile_mode=_mode(compile_mode), spares=0)
+            with Evaluator(prob, str(dev), policy) as evaluator:
+                row = evaluator.baseline()
+        except ProblemError as e:
+            row = {"problem": str(path), "verdict": "error", "reason": "bad_problem", "detail": str(e)}
+        except Exception as e:  # noqa: BLE001 - one broken problem must not end the survey
+            row = {"problem": str(path), "verdict": "error", "reason": "evaluator_error",
+                   "detail": f"{type(e).__name__}: {str(e)[:400]}"}
+        rows.append(row)
+        if as_json:
+            sys.stdout.write(json.dumps(row, default=str) + "\n")
+            sys.stdout.flush()
+        else:
+            _print_baseline(row)
+    raise typer.Exit(2 if any(r.get("verdict") == "error" for r in rows) else 0)
+
+
+def _print_baseline(r: dict) -> None:  # type: ignore[type-arg]
+    p = Path(str(r.get("problem")))
+    name = f"{p.parent.name}/{p.name}" if p.stem == "problem" else p.name
+    if r.get("verdict") == "error":
+        out.print(f"[bold red]ERROR[/] [dim]{r.get('reason')}[/]  {escape(name)}: {escape(str(r.get('detail')))}",
+                  soft_wrap=True)
+        return
+    mem = r.get("memory") or {}
+    parts = [f"inputs {r.get('inputs_gb', 0):.2f} GB", f"gold {r.get('gold_precision')}",
+             f"{r.get('trials')} trials", f"PyTorch's own error {r.get('pytorch_error', 0):.2g}"]
+    if r.get("eager_ms") is not None:
+        parts.append(f"eager {r['eager_ms']:.4g} ms")
+    if r.get("compile_ms") is not None:
+        parts.append(f"compile {r['compile_ms']:.4g} ms ({r.get('compile_mode')})")
+    if r.get("floor_ms") is not None:
+        parts.append(f"floor {r['floor_ms']:.4g} ms ({r.get('bound')})")
+    if mem.get("timing_sets") is not None:
+        parts.append(f"{mem['timing_sets']} timing sets")
+    if r.get("trusted_peak_bytes"):
+        parts.append(f"peak {r['trusted_peak_bytes'] / 1e9:.2f} GB")
+    out.print(f"[bold green]OK[/] {escape(name)}: " + ", ".join(parts), soft_wrap=True, highlight=False)
+    phases = ", ".join(f"{k} {v:.2f}" for k, v in (r.get("phases") or {}).items())
+    out.print(f"[dim]  phases (s): {phases}[/]")
+    for note in r.get("notes") or []:
+        out.print(f"[yellow]  note:[/] {escape(str(note))}", soft_wrap=True)
 
 
 @app.command("profile")
@@ -245,6 +313,9 @@ def _evaluate(problem: Path, candidate: Path, device: str | None, precision: Pre
         raise _fail(str(e), as_json, "bad_problem") from None
     except DeviceError as e:
         raise _fail(str(e), as_json) from None
+    except Exception as e:  # noqa: BLE001 - the judge failed: one sentence (one JSON object), never a traceback
+        what = "ran out of memory" if "out of memory" in str(e).lower() else f"failed: {type(e).__name__}: {str(e)[:300]}"
+        raise _fail(f"the evaluator itself {what}", as_json, "evaluator_error") from None
 
 
 def _print_result(result, problem: str, candidate: str) -> None:  # type: ignore[no-untyped-def]

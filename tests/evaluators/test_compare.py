@@ -190,3 +190,48 @@ def test_a_wide_softmax_is_not_degenerate() -> None:
 
 def test_integer_only_outputs_have_no_flags() -> None:
     assert degenerate_outputs([torch.zeros(3, dtype=torch.int64)], [], TOL) == []
+
+
+@pytest.fixture
+def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Comparisons run in slices; slices of 37 elements put every boundary case inside a small tensor."""
+    import kernelwright.evaluators.compare as cmp
+
+    monkeypatch.setattr(cmp, "CHUNK", 37)
+
+
+def test_sliced_comparison_agrees_with_whole_tensor_arithmetic(tiny_chunks: None) -> None:
+    ref = _ref(3, (13, 29))
+    out = ref + 1e-6 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    out[11, 3] += 0.5
+    rms = float(ref.pow(2).mean().sqrt())
+    err = (out - ref).abs() / (ref.abs() + rms)
+    c = compare(out, ref, TOL)
+    assert not c.ok and c.reason == Reason.WRONG_OUTPUT
+    assert c.max_rel == pytest.approx(float(err.max()), rel=1e-9)
+    assert c.norm_rel == pytest.approx(float((out - ref).norm() / ref.norm()), rel=1e-9)
+    assert f"{int((err > TOL).sum())} of {ref.numel()} elements" in c.detail and "(11, 3)" in c.detail
+
+
+def test_sliced_non_finite_and_poison_are_found_in_a_late_slice(tiny_chunks: None) -> None:
+    ref = _ref(5, (9, 31)).float()
+    out = ref.clone()
+    out.view(-1)[250:260].view(torch.int32).fill_(POISON_BITS[torch.float32])
+    c = compare(out, ref.double(), TOL)
+    assert c.reason == Reason.STALE_OUTPUT and "10 of 279" in c.detail
+    out = ref.clone()
+    out[8, 30] = float("nan")
+    c = compare(out, ref.double(), TOL)
+    assert c.reason == Reason.NAN_OUTPUT and "(8, 30)" in c.detail
+
+
+def test_sliced_degenerate_flags_and_bitwise_checks(tiny_chunks: None) -> None:
+    from kernelwright.evaluators.compare import bitwise_equal, fingerprint
+
+    x = torch.randn(20, 20, generator=torch.Generator().manual_seed(6))
+    flags = degenerate_outputs([torch.relu(x.abs()).double()], [x.abs()], TOL)
+    assert flags == ["degenerate: passing input 0 through unchanged would pass"]
+    y = x.clone()
+    assert bitwise_equal(x, y) and fingerprint(x) == fingerprint(y)
+    y.view(-1)[399] = -y.view(-1)[399]
+    assert not bitwise_equal(x, y) and fingerprint(x) != fingerprint(y)
