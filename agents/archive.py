@@ -48,7 +48,8 @@ class Outcome(BaseModel):
     """What the verifier measured for a child, reduced to what the archive decides on."""
 
     child_id: str
-    verdict: Literal["pass", "fail"]
+    verdict: Literal["pass", "fail", "error"]
+    """error: the evaluator could not judge the child (not the child's failure)"""
     reason: str
     median_ms: float | None = None
     speedup_vs_eager: float | None = None
@@ -155,6 +156,13 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
 
     if outcome is None:
         return reject("no child was produced", "no_child")
+    if outcome.verdict == "error":
+        # The judge failed, not the child: the move is not marked as tried on this parent, so it can be tried again.
+        step = Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key, child_id=outcome.child_id,
+                    verdict="error", reason=outcome.reason, decision="rejected",
+                    why=f"the evaluator could not judge it ({outcome.reason}); not counted against the move")
+        new.steps.append(step)
+        return new, step
     if outcome.verdict != "pass":
         return reject(f"not verified correct ({outcome.reason})", outcome.reason)
     if outcome.suspect:

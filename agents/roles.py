@@ -86,6 +86,10 @@ def seed(state: OptimizeState, runtime: Runtime[Context]) -> dict[str, Any]:
             run.update(status="failed", stop_reason=why)
             return {"stop": why, "archive": {}}
     h, result = evaluate(run, run.kernel(h), device_for(ctx), ctx.precision, ctx.trials)
+    if result["verdict"] == "error":
+        run.update(status="failed", stop_reason=f"the evaluator could not judge the seed kernel: {result['reason']}: "
+                                                f"{result['detail']}")
+        return {"stop": f"the evaluator could not judge the seed kernel ({result['reason']})", "archive": {}}
     if result["verdict"] != "pass":
         run.update(status="failed", stop_reason=f"the seed kernel is rejected: {result['reason']}: {result['detail']}")
         return {"stop": f"the seed kernel is rejected ({result['reason']})", "archive": {}}
@@ -306,7 +310,9 @@ def verifier(state: BranchState, runtime: Runtime[Context]) -> dict[str, Any]:
                          ctx.trials)
     summary = {k: result.get(k) for k in ("verdict", "reason", "detail", "max_rel_error", "timing",
                                            "timing_unavailable", "kernel_coverage")}
+    # verdict "error": the evaluator failed, not the candidate; the step says so and the kernel is not cached
     return {"results": [{**base, "verdict": result["verdict"], "result": summary, "verify_s": time.monotonic() - t0,
+                         "evaluator_failure": result["verdict"] == "error",
                          "outcome": outcome_of(h, result).model_dump()}]}
 
 

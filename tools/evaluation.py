@@ -42,5 +42,6 @@ def evaluate(run: Run, source: str, device: str, precision: str | None = None, t
         return h, cached
     result: EvalResult = evaluator_for(run, device, precision, trials, spares).evaluate(source)
     data = result.model_dump(mode="json")
-    run.put_eval(h, data)
+    if result.verdict != "error":  # a failure of the judge is not a fact about the kernel: judge it again later
+        run.put_eval(h, data)
     return h, data

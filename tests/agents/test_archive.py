@@ -127,3 +127,17 @@ def test_cells_separate_structurally_different_kernels() -> None:
     c = cell_of(outcome("c", warps=4).kernels, "compute")
     assert len({a, b, c}) == 3
     assert cell_of([], None) == (-1, -1, -1, "?")
+
+
+def test_an_evaluator_failure_is_not_held_against_the_move() -> None:
+    """verdict "error" means the judge failed (out of memory, a bug), not the child: the step is recorded, the
+    child is not admitted, and the move stays available on that parent."""
+    from kernelwright.agents.archive import Archive, Outcome, admit, seed
+
+    archive = seed(Archive(), Outcome(child_id="seed", verdict="pass", reason="ok", median_ms=1.0,
+                                              speedup_vs_eager=1.0))
+    new, step = admit(archive, "seed", "block_size:up", Outcome(child_id="c1", verdict="error",
+                                                                       reason="evaluator_error"))
+    assert step.verdict == "error" and step.decision == "rejected" and "evaluator could not judge" in step.why
+    assert "c1" not in new.entries
+    assert "block_size:up" not in new.failed.get("seed", [])
