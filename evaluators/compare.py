@@ -79,10 +79,10 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_floating_point():
         ints = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[a.element_size()]
         fa, fb = fa.view(ints), fb.view(ints)
+    differ = torch.zeros((), dtype=torch.int64, device=fa.device)
     for i in _chunks(fa.numel()):
-        if not bool(torch.equal(fa[i:i + CHUNK], fb[i:i + CHUNK])):
-            return False
-    return True
+        differ += (fa[i:i + CHUNK] != fb[i:i + CHUNK]).sum()
+    return int(differ) == 0
 
 
 def fingerprint(t: torch.Tensor) -> tuple[int, int]:
@@ -94,12 +94,13 @@ def fingerprint(t: torch.Tensor) -> tuple[int, int]:
         f = f.view(torch.uint8)
     elif t.is_floating_point() or t.is_complex():
         f = f.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8, 16: torch.int64}[t.element_size()])
-    s1 = s2 = 0
+    s1 = torch.zeros((), dtype=torch.int64, device=f.device)
+    s2 = torch.zeros((), dtype=torch.int64, device=f.device)
     for i in _chunks(f.numel()):
         w = f[i:i + CHUNK].to(torch.int64)
-        s1 += int(w.sum())
-        s2 += int((w * w).sum())
-    return (s1 & ((1 << 64) - 1), s2 & ((1 << 64) - 1))
+        s1 += w.sum()
+        s2 += (w * w).sum()
+    return (int(s1) & ((1 << 64) - 1), int(s2) & ((1 << 64) - 1))
 
 
 def _int_compare(out: torch.Tensor, ref: torch.Tensor, label: str, shape: tuple[int, ...]) -> Comparison:
@@ -133,7 +134,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: float, label: str = "outp
     """Compare a candidate's values (any device, the problem's dtype) with the reference values.
 
     Done in slices of `CHUNK` elements, in two passes (the reference's rms first, then the errors), so
-    the memory it needs does not grow with the output."""
+    the memory it needs does not grow with the output. The sums stay on the device until the end of a
+    pass (one synchronisation a pass, not one a slice); only a failing comparison pays for a third pass
+    that counts and locates the offending elements."""
     out = out.to(ref.device)
     shape = tuple(ref.shape)
     n = max(ref.numel(), 1)
@@ -142,21 +145,76 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: float, label: str = "outp
     o, r = _flat(out), _flat(ref)
     total = r.numel()
     f64 = torch.float64
-    # Pass 1: non-finite values, and the rms of the reference's finite values.
-    sumsq = 0.0
-    finite = 0
-    bad = never = 0
-    first_bad = first_mismatch = -1
+    dev = r.device
+    # Pass 1: the rms of the reference's finite values, and whether anything is non-finite at all.
+    sumsq = torch.zeros((), dtype=f64, device=dev)
+    finite = torch.zeros((), dtype=torch.int64, device=dev)
+    odd = torch.zeros((), dtype=torch.int64, device=dev)
     for i in _chunks(total):
         rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK]
         rfin = torch.isfinite(rc)
-        nf = int(rfin.sum())
-        finite += nf
-        sumsq += float(torch.where(rfin, rc, 0.0).square().sum())
-        ofin = torch.isfinite(oc)
-        if nf == rc.numel() and bool(ofin.all()):
-            continue
-        b = rfin & ~ofin
+        finite += rfin.sum()
+        sumsq += torch.where(rfin, rc, 0.0).square().sum()
+        odd += (~rfin).sum() + (~torch.isfinite(oc)).sum()
+    finite_n, sumsq_v, odd_n = int(finite), float(sumsq), int(odd)
+    if odd_n:
+        verdict = _non_finite(o, r, label, shape, n)
+        if verdict is not None:
+            return verdict
+    if finite_n == 0:
+        return Comparison(True)
+    rms = (sumsq_v / finite_n) ** 0.5
+    tiny = torch.finfo(f64).tiny
+    # Pass 2: per-element errors relative to |ref| + rms, over the reference's finite values.
+    max_rel = torch.zeros((), dtype=f64, device=dev)
+    diff_sq = torch.zeros((), dtype=f64, device=dev)
+    for i in _chunks(total):
+        rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK].to(f64)
+        rfin = torch.isfinite(rc)
+        rz = torch.where(rfin, rc, 0.0)
+        diff = torch.where(rfin, oc - rz, 0.0).abs_()
+        diff_sq += diff.square().sum()
+        err = diff.div_(rz.abs_().add_(rms).clamp_min_(tiny))
+        if err.numel():
+            max_rel = torch.maximum(max_rel, err.max())
+    worst_v, diff_v = float(max_rel), float(diff_sq)
+    norm_rel = (diff_v ** 0.5) / (sumsq_v ** 0.5) if sumsq_v > 0 else (0.0 if diff_v == 0 else float("inf"))
+    if worst_v <= tol:
+        return Comparison(True, max_rel=worst_v, norm_rel=norm_rel)
+    # Pass 3, failures only: how many exceed the tolerance, and where the worst are.
+    over = 0
+    worst: list[tuple[float, int]] = []
+    for i in _chunks(total):
+        rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK].to(f64)
+        rfin = torch.isfinite(rc)
+        rz = torch.where(rfin, rc, 0.0)
+        err = torch.where(rfin, oc - rz, 0.0).abs_().div_(rz.abs().add_(rms).clamp_min_(tiny))
+        bad = err > tol
+        nb = int(bad.sum())
+        if nb:
+            over += nb
+            top = torch.topk(err, k=min(3, err.numel()))
+            worst.extend((float(v), i + int(j)) for v, j in zip(top.values.tolist(), top.indices.tolist()))
+    worst = sorted(worst, reverse=True)[:3]
+    shown = "; ".join(f"index {_index(j, shape)}: got {o[j].item():.6g}, expected {r[j].item():.6g}" for _, j in worst)
+    return Comparison(
+        False, Reason.WRONG_OUTPUT,
+        f"{label}: {over} of {n} elements exceed the tolerance (worst error {worst_v:.3g} vs tolerance {tol:.3g}, "
+        f"relative to |ref| + rms(ref) = {rms:.3g}; norm-wise error {norm_rel:.3g}); worst: {shown}",
+        worst_v, norm_rel,
+    )
+
+
+def _non_finite(o: torch.Tensor, r: torch.Tensor, label: str, shape: tuple[int, ...], n: int) -> Comparison | None:
+    """The verdict when non-finite values are involved: NaN/Inf (or never-written poison) where the reference
+    is finite fails; where the reference is non-finite the candidate must match it. None: nothing wrong."""
+    f64 = torch.float64
+    bad = never = 0
+    first_bad = first_mismatch = -1
+    for i in _chunks(r.numel()):
+        rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK]
+        rfin = torch.isfinite(rc)
+        b = rfin & ~torch.isfinite(oc)
         nb = int(b.sum())
         if nb:
             bad += nb
@@ -182,40 +240,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: float, label: str = "outp
                           f"{label}: where the reference is {r[first_mismatch].item()} (index "
                           f"{_index(first_mismatch, shape)}) the candidate gave {o[first_mismatch].item()}",
                           float("inf"), float("inf"))
-    if finite == 0:
-        return Comparison(True)
-    rms = (sumsq / finite) ** 0.5
-    tiny = torch.finfo(f64).tiny
-    # Pass 2: per-element errors relative to |ref| + rms, over the reference's finite values.
-    max_rel = 0.0
-    diff_sq = ref_sq = 0.0
-    over = 0
-    worst: list[tuple[float, int]] = []
-    for i in _chunks(total):
-        rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK].to(f64)
-        rfin = torch.isfinite(rc)
-        rz = torch.where(rfin, rc, 0.0)
-        diff = torch.where(rfin, oc - rz, 0.0).abs_()
-        diff_sq += float(diff.square().sum())
-        ref_sq += float(rz.square().sum())
-        err = diff.div_(rz.abs().add_(rms).clamp_min_(tiny))
-        m = float(err.max()) if err.numel() else 0.0
-        max_rel = max(max_rel, m)
-        if m > tol:
-            over += int((err > tol).sum())
-            top = torch.topk(err, k=min(3, err.numel()))
-            worst.extend((float(v), i + int(j)) for v, j in zip(top.values.tolist(), top.indices.tolist()))
-    norm_rel = (diff_sq ** 0.5) / (ref_sq ** 0.5) if ref_sq > 0 else (0.0 if diff_sq == 0 else float("inf"))
-    if max_rel <= tol:
-        return Comparison(True, max_rel=max_rel, norm_rel=norm_rel)
-    worst = sorted(worst, reverse=True)[:3]
-    shown = "; ".join(f"index {_index(j, shape)}: got {o[j].item():.6g}, expected {r[j].item():.6g}" for _, j in worst)
-    return Comparison(
-        False, Reason.WRONG_OUTPUT,
-        f"{label}: {over} of {n} elements exceed the tolerance (worst error {max_rel:.3g} vs tolerance {tol:.3g}, "
-        f"relative to |ref| + rms(ref) = {rms:.3g}; norm-wise error {norm_rel:.3g}); worst: {shown}",
-        max_rel, norm_rel,
-    )
+    return None
 
 
 def _trivial_passes(ref: torch.Tensor, tol: float, value: float | None = None, other: torch.Tensor | None = None) -> bool:

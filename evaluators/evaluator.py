@@ -99,6 +99,19 @@ def _is_oom(e: BaseException) -> bool:
     return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(e).lower()
 
 
+def _failure(e: BaseException, phases: dict[str, float]) -> str:
+    """One sentence for a failure of the judge: what, in which phase, where in the evaluator's code."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "kernelwright" in f.filename
+              or "/evaluators/" in f.filename]
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
+    after = f" after the {list(phases)[-1].removesuffix('_s')} phase" if phases else ""
+    what = "ran out of device memory" if _is_oom(e) else f"failed ({type(e).__name__}: {str(e)[:300]})"
+    first = (str(e).strip().splitlines() or [""])[0][:200] if _is_oom(e) else ""
+    return f"the evaluator itself {what}{after}{where}" + (f": {first}" if first else "")
+
+
 def _free_bytes(device: torch.device) -> int:
     """Memory this evaluation may plan with: the device's free memory plus what our own allocator caches."""
     if device.type == "cuda":
@@ -127,6 +140,8 @@ class Evaluator:
         self._baselines: BaselineTimer | None = None
         self._roof: dict[str, float] | None = None
         self._plan: Plan | None = None
+        self._footprints: tuple[Footprint, Footprint | None] | None = None
+        self._footprint_note: str | None = None
         self._flags: list[str] | None = None
         self._broken: str | None = None
         self._ref_lock = threading.RLock()
@@ -157,21 +172,30 @@ class Evaluator:
         """What one evaluation of this problem needs and how it will fit (decided once, before anything
         large is allocated). Raises ProblemTooLarge when even one input set cannot be evaluated."""
         with self._ref_lock:
-            if self._plan is None:
-                self._plan = self._make_plan()
-                if self._plan.gold_precision == GOLD_NATIVE:
-                    self.reference.use_native_gold(self._plan.notes[0] if self._plan.notes else "memory")
-            if not self._plan.feasible:
-                raise ProblemTooLarge(self._plan.why)
-            return self._plan
+            # The footprint is traced once; the plan is made anew each time, against the memory free now
+            # (spare workers starting, another evaluation on the same GPU).
+            plan = self._make_plan()
+            if self._plan is not None and self._plan.gold_precision == GOLD_NATIVE and plan.feasible:
+                plan.gold_precision = GOLD_NATIVE  # the battery's gold does not change within one evaluator
+            self._plan = plan
+            if plan.gold_precision == GOLD_NATIVE and self.reference.gold_precision != GOLD_NATIVE:
+                self.reference.use_native_gold(next((n for n in plan.notes if "gold" in n), "memory"))
+            if not plan.feasible:
+                raise ProblemTooLarge(plan.why)
+            return plan
 
     def _make_plan(self) -> Plan:
-        est = estimate(self.problem, self.precision.cast_dtype)
-        native, gold = est.native, est.gold
         notes = []
-        if native is None:
-            native, gold = self._measured_footprint()
-            notes.append(f"footprint measured on the device: {est.why_unknown}")
+        if self._footprints is None:
+            est = estimate(self.problem, self.precision.cast_dtype)
+            if est.native is None:
+                self._footprints = self._measured_footprint()
+                self._footprint_note = f"footprint measured on the device: {est.why_unknown}"
+            else:
+                self._footprints = (est.native, est.gold)
+        native, gold = self._footprints
+        if self._footprint_note:
+            notes.append(self._footprint_note)
         free = _free_bytes(self.device)
         where = f"{self.device} ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else "the host"
         plan = plan_memory(native, gold, free, self.policy.timing_reps, self.policy.pool_bytes, where)
@@ -371,9 +395,8 @@ class Evaluator:
         except ProblemError as e:
             self._judge_error(result, checks, Reason.BAD_PROBLEM, str(e))
         except Exception as e:  # noqa: BLE001 - the judge failed, not the candidate: say so, never raise
-            log.debug("evaluator failure", exc_info=True)
-            what = "ran out of device memory" if _is_oom(e) else f"failed: {type(e).__name__}: {str(e)[:400]}"
-            self._judge_error(result, checks, Reason.EVALUATOR_ERROR, f"the evaluator itself {what}")
+            log.info("evaluator failure", exc_info=True)
+            self._judge_error(result, checks, Reason.EVALUATOR_ERROR, _failure(e, phases))
             if "CUDA error" in str(e) or "illegal" in str(e).lower():
                 self._broken = f"a CUDA error in the trusted process ({str(e)[:200]})"
         finally:
@@ -399,6 +422,24 @@ class Evaluator:
         phases["total_s"] = time.monotonic() - t_start
         result.phases = {k: round(v, 4) for k, v in phases.items()}
         return result
+
+    @staticmethod
+    def _compare_all(outs: list[torch.Tensor], gold: list[torch.Tensor], tol: float, label: str,
+                     result: EvalResult | None = None) -> tuple[float, float]:
+        """Compare every output with its gold; the worst errors, or _Reject. (A function of its own, so no
+        loop variable keeps a gigabyte-sized gold tensor alive into the next trial.)"""
+        worst = norm = 0.0
+        for i, (o, g) in enumerate(zip(outs, gold)):
+            if tuple(o.shape) != tuple(g.shape):
+                raise _Reject(Reason.WRONG_SHAPE, f"{label}, output {i}: shape {tuple(o.shape)}, expected "
+                              f"{tuple(g.shape)}", "correctness")
+            c = compare(o, g, tol, f"{label}, output {i}")
+            if not c.ok:
+                if result is not None:
+                    result.max_rel_error, result.norm_rel_error = c.max_rel, c.norm_rel
+                raise _Reject(c.reason or Reason.WRONG_OUTPUT, c.detail, "correctness")
+            worst, norm = max(worst, c.max_rel), max(norm, c.norm_rel)
+        return worst, norm
 
     def _judge_error(self, result: EvalResult, checks: list[Check], reason: Reason, detail: str) -> None:
         result.verdict, result.reason, result.detail = "error", reason, bound(detail)
@@ -509,15 +550,8 @@ class Evaluator:
                               "candidate's own @triton.jit kernels", "triton_launch")
             self._judge_outputs(header, outs, trial, label)
             self._judge_inputs(after, tensors, label)
-            rec_max = rec_norm = 0.0
             with shared_use(self.device):
-                for i, (o, g) in enumerate(zip(outs, trial.gold)):
-                    c = compare(o, g, trial.tolerance, f"{label}, output {i}")
-                    if not c.ok:
-                        result.max_rel_error = c.max_rel
-                        result.norm_rel_error = c.norm_rel
-                        raise _Reject(c.reason or Reason.WRONG_OUTPUT, c.detail, "correctness")
-                    rec_max, rec_norm = max(rec_max, c.max_rel), max(rec_norm, c.norm_rel)
+                rec_max, rec_norm = self._compare_all(outs, trial.gold, trial.tolerance, label, result)
             max_rel, norm_rel = max(max_rel, rec_max), max(norm_rel, rec_norm)
             result.trials.append(TrialRecord(family=trial.family, trial=trial.index, max_rel_error=rec_max,
                                              norm_rel_error=rec_norm, passed=True))
@@ -653,12 +687,15 @@ class Evaluator:
                 self._baselines = BaselineTimer(self.reference, pol.compile_mode)
         t0 = time.monotonic()
         with self._ref_lock, shared_use(self.device):
+            torch.cuda.empty_cache()  # fresh segments for the timing sets: no cached trial block split under them
             inputs = self.reference.timing_inputs(plan.timing_sets)
         phases["timing_inputs_s"] = time.monotonic() - t0
         out_bytes = int(plan.footprint.get("output_bytes", 0)) * len(inputs)
         lim = self._limits(pol.timing_reps + pol.warmup)
         idx = self.device.index or 0
-        tol = self.reference.base_tolerance
+        native_recheck = plan.timing_gold == "native"
+        tol = self.reference.base_tolerance * (2 if native_recheck and self.reference.gold_precision != GOLD_NATIVE
+                                               else 1)
         with measurement_lock(self.device):
             t_lock = time.monotonic()
             clocks_before = gpu_monitor.read(idx)
@@ -681,18 +718,10 @@ class Evaluator:
             # The timed outputs are re-checked before the worker goes (its outputs go with it), set by set.
             t0 = time.monotonic()
             pos = 0
+            torch.cuda.empty_cache()  # the eager run's freed outputs are the gold's room now
             with self._ref_lock:
-                for k, (s, n) in enumerate(zip(inputs, counts)):
-                    gold = self.reference.gold_for(s)
-                    for i, g in enumerate(gold[:n]):
-                        o = outs[pos + i]
-                        if tuple(o.shape) != tuple(g.shape):
-                            raise _Reject(Reason.WRONG_SHAPE, f"timed repetition on input set {k}: shape "
-                                          f"{tuple(o.shape)}, expected {tuple(g.shape)}", "timing")
-                        c = compare(o, g, tol, f"timed repetition on input set {k}, output {i}")
-                        if not c.ok:
-                            raise _Reject(c.reason or Reason.WRONG_OUTPUT, c.detail, "timing")
-                    del gold
+                for k, n in enumerate(counts):
+                    self._recheck_timed(inputs[k], outs[pos:pos + n], native_recheck, tol, k)
                     pos += n
             del outs
             phases["timing_recheck_s"] = time.monotonic() - t0
@@ -717,6 +746,13 @@ class Evaluator:
         summary["measure_s"] = measure_s  # seconds this evaluation held the GPU exclusively
         del inputs
         return summary
+
+    def _recheck_timed(self, inputs: list[Any], outs: list[torch.Tensor], native: bool, tol: float, k: int) -> None:
+        gold = self.reference.gold_for(inputs, native=native)
+        try:
+            self._compare_all(outs, gold[:len(outs)], tol, f"timed repetition on input set {k}")
+        except _Reject as r:
+            raise _Reject(r.reason, r.detail, "timing") from None
 
     def _timing_summary(self, cand: Samples, eager_a: Samples, eager_b: Samples, compiled: dict[str, float] | None,
                         compile_why: str | None, before: dict[str, Any], after: dict[str, Any], inputs: list[Any],

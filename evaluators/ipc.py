@@ -223,6 +223,29 @@ class Opener:
             raise IpcError(f"the buffer claims {need} bytes at offset {offset} of an allocation of {m.size} bytes")
         return tensor_at(m.base + offset, shape, stride, dtype, self.device, owner=self)
 
+    def forget(self, descs: list[dict[str, Any] | None]) -> None:
+        """Unmap the allocations behind these descriptions (tensors over them must no longer be used).
+
+        Needed before the worker frees and reallocates: a new allocation at an address still mapped here
+        cannot be opened again (CUDA_ERROR_ALREADY_MAPPED)."""
+        d = None
+        for desc in descs:
+            if not desc:
+                continue
+            try:
+                handle = bytes.fromhex(str(desc["handle"]))
+            except (KeyError, ValueError):
+                continue
+            m = self._maps.pop(handle, None)
+            if m is None:
+                continue
+            d = d or driver()
+            try:
+                with torch.cuda.device(self.device):
+                    d.close_handle(m.base)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
     def close(self) -> None:
         """Unmap everything opened (tensors over the mappings must no longer be used)."""
         d = driver() if self._maps else None

@@ -116,7 +116,9 @@ class SharedTransport:
         self.opener = Opener(device)
         self._specs: list[list[Any]] | None = None
         self._bufs: list[list[torch.Tensor | None]] = []
+        self._buf_descs: list[Any] = []
         self._held: list[tuple[dict[str, Any], tuple[int, int]]] = []
+        self._last_exports: list[dict[str, Any]] = []
 
     def _share(self, sets: list[list[Any]], reuse: bool, phase: str) -> None:
         specs = [[_spec(x) for x in s] for s in sets]
@@ -124,6 +126,8 @@ class SharedTransport:
             # The worker frees the old buffers and allocates new ones: forget their mappings first.
             self._bufs = []
             self._specs = None
+            self.opener.forget(self._buf_descs)
+            self._buf_descs = []
             header, _ = self.worker.request({"op": "buffers", "sets": specs, "reuse": False}, None, 120.0,
                                             f"allocating input buffers ({phase})")
             if not header.get("ok"):
@@ -131,6 +135,7 @@ class SharedTransport:
                 raise WorkerFault(Reason.OUT_OF_MEMORY if kind == "out_of_memory" else Reason.WORKER_ERROR,
                                   f"{phase}: {header.get('detail', '')}")
             descs = header.get("buffers") or []
+            self._buf_descs = [d for ds in descs if isinstance(ds, list) for d in ds]
             if len(descs) != len(sets) or any(len(d) != len(s) for d, s in zip(descs, sets)):
                 raise WorkerFault(Reason.WORKER_ERROR, f"{phase}: the worker's buffers do not match the inputs")
             try:
@@ -172,7 +177,14 @@ class SharedTransport:
         for d, o in zip(self._last_exports, outs):
             self._held.append((d, fingerprint(o)))
 
+    def _forget_outputs(self) -> None:
+        held = {d["handle"] for d, _ in self._held}
+        self.opener.forget([d for d in self._last_exports if d.get("handle") not in held])
+        self._last_exports = []
+
     def release(self) -> None:
+        """The judge is done with the last call's outputs (no tensor over them is used after this)."""
+        self._forget_outputs()
         header, _ = self.worker.request({"op": "release"}, None, 60.0, "releasing the outputs")
         if not header.get("ok"):
             raise WorkerFault(Reason.WORKER_ERROR, f"releasing the outputs failed: {header.get('detail', '')}")
@@ -190,11 +202,14 @@ class SharedTransport:
 
     def time(self, sets: list[list[Any]], reps: int, warmup: int, timeout: float,
              out_bytes: int) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        self._forget_outputs()
+        self.opener.forget([d for d, _ in self._held])  # the worker lets its held outputs go now
         self._held.clear()
         self._share(sets, False, "timing")
         values = [[None if isinstance(x, torch.Tensor) else x for x in s] for s in sets]
         header, _ = self.worker.request({"op": "time", "shared": True, "reps": reps, "warmup": warmup},
                                         {"sets": values}, timeout, "timing")
+        self._last_exports = list(header.get("exports") or [])
         return header, self._outputs(header) if header.get("ok") else []
 
     def close(self) -> None:

@@ -522,6 +522,9 @@ class Session:
             return self._fail(_error_kind(e), _describe(e, self.candidate_file))
         rec = self._take()
         outs = [kept.get(i, []) for i in range(len(sets))]
+        if self.dev.type == "cuda":  # what the repetitions freed goes back to the device for the judge's re-check
+            self._sync()
+            torch.cuda.empty_cache()
         bad = [o for group in outs for o in group if type(o) is not torch.Tensor]  # noqa: E721
         header_out = {"ok": True, **rec, "tampered": self._tampered(), "event_ms": samples.event_ms,
                       "threads": _thread_count() - self.threads0,
