@@ -72,7 +72,7 @@ def main() -> int:
         problem = load_problem(prob)
         source = cand.read_text()
         t0 = time.monotonic()
-        with Evaluator(problem, "cuda", EvalPolicy(spares=1)) as ev:
+        with Evaluator(problem, "cuda", EvalPolicy(spares=3 if stem in THROUGHPUT else 1)) as ev:
             r = ev.evaluate(source)
             emit(_row(f"{cand.parent.name}/{stem} (cold)", r, time.monotonic() - t0))
             if stem in THROUGHPUT and r.passed:
