@@ -23,7 +23,7 @@ pytestmark = [
 
 def test_a_kernel_scanning_around_shared_buffers_gains_nothing() -> None:
     with Evaluator(load_problem(HERE / "add_problem.py"), "cuda", EvalPolicy(trials=2, timing=False)) as ev:
-        r = ev.evaluate((HERE / "b27_scan_shared.py").read_text())
+        r = ev.evaluate((HERE / "shared_scan.py").read_text())
         assert not r.passed, "writing outside its buffers must not go unnoticed"
         assert r.verdict == "fail" and r.reason in (Reason.CUDA_ERROR, Reason.CRASHED, Reason.INPUT_MUTATED,
                                                     Reason.WRONG_OUTPUT), (r.reason, r.detail)
