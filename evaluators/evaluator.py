@@ -411,6 +411,10 @@ class Evaluator:
                 if result.memory is not None:
                     result.memory["worker_peak_bytes"] = worker.device_peak
                 worker.close()
+                try:
+                    self.pool.fill()
+                except RuntimeError:  # the pool was closed meanwhile
+                    pass
             if self.device.type == "cuda":
                 try:
                     if result.memory is not None:
@@ -632,6 +636,7 @@ class Evaluator:
             prof.breakdown_unavailable = f"the profiled run failed: {f.detail}"
         finally:
             worker.close()
+            self.pool.fill()
         prof.ncu = self._ncu(source, trial_inputs, lay, [k.name for k in result.kernels]) if ncu else \
             NcuReport(available=False, why="not requested (use --ncu)")
         prof.text = render(prof)

@@ -444,11 +444,16 @@ class WorkerPool:
                 self._ready.append(self._new())
 
     def acquire(self) -> Worker:
+        """A fresh worker. The pool is topped up at once only when it ran dry; otherwise the caller calls
+        `fill()` when its evaluation is over, so a spare's start-up (which holds the GPU in shared use while
+        it creates its context) does not land inside that evaluation's timing."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the worker pool is closed")
             worker = self._ready.popleft() if self._ready else self._new()
-        self.fill()
+            dry = not self._ready
+        if dry:
+            self.fill()
         return worker
 
     def close(self) -> None:
