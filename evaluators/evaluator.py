@@ -272,7 +272,8 @@ class Evaluator:
             phases["reference_s"] = time.monotonic() - t0
             out.update(trials=trials, gold_precision=ref.gold_precision, tolerance=ref.base_tolerance,
                        pytorch_error=worst, reference_forward_ms=(ref.forward_s or 0.0) * 1e3,
-                       skipped_families=dict(ref.skipped), notes=list(ref.notes) + plan.notes,
+                       skipped_families=dict(ref.skipped),
+                       notes=list(ref.notes) + plan.notes + ([f"gold: {ref.gold_note}"] if ref.gold_note else []),
                        limits=self._limits(self.policy.timing_reps + self.policy.warmup))
             if dev.type == "cuda" and self.policy.timing and plan.timing_sets > 0:
                 t0 = time.monotonic()
