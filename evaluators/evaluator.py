@@ -314,9 +314,8 @@ class Evaluator:
         except ProblemError as e:
             out.update(verdict="error", reason=str(Reason.BAD_PROBLEM), detail=str(e))
         except Exception as e:  # noqa: BLE001
-            log.debug("baseline failure", exc_info=True)
-            what = "ran out of device memory" if _is_oom(e) else f"failed: {type(e).__name__}: {str(e)[:400]}"
-            out.update(verdict="error", reason=str(Reason.EVALUATOR_ERROR), detail=f"the evaluator itself {what}")
+            log.info("baseline failure", exc_info=True)
+            out.update(verdict="error", reason=str(Reason.EVALUATOR_ERROR), detail=_failure(e, phases))
         if dev.type == "cuda":
             out["trusted_peak_bytes"] = int(torch.cuda.max_memory_allocated(dev))
             torch.cuda.empty_cache()
@@ -526,7 +525,7 @@ class Evaluator:
                 header, outs, after = transport.call(
                     trial.inputs, reuse=reuse, hold=hold, profile=k == profile_at,
                     timeout=lim["first_call_s"] if calls == 0 else lim["call_s"],
-                    phase=f"the forward pass ({label})", compiles=calls == 0)
+                    phase=f"the forward pass ({label})", compiles=calls == 0, out_bytes=out_bytes)
             call_s += time.monotonic() - t0
             t0 = time.monotonic()
             self._judge_record(header, label)
@@ -700,8 +699,8 @@ class Evaluator:
         lim = self._limits(pol.timing_reps + pol.warmup)
         idx = self.device.index or 0
         native_recheck = plan.timing_gold == "native"
-        tol = self.reference.base_tolerance * (2 if native_recheck and self.reference.gold_precision != GOLD_NATIVE
-                                               else 1)
+        tol = self.reference.family_tolerance("base") * (
+            2 if native_recheck and self.reference.gold_precision != GOLD_NATIVE else 1)
         with measurement_lock(self.device):
             t_lock = time.monotonic()
             clocks_before = gpu_monitor.read(idx)

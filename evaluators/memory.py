@@ -77,7 +77,7 @@ def trial_bytes(native: Footprint, gold: Footprint | None) -> int:
     return max(gold_phase + worker_idle, native_phase + worker_idle, judging + worker_call)
 
 
-def timing_bytes(native: Footprint, gold: Footprint | None, sets: int) -> int:  # noqa: D417
+def timing_bytes(native: Footprint, gold: Footprint | None, sets: int) -> int:
     """Peak bytes over both processes while timing with `sets` input sets, then re-checking their outputs
     (the worker keeps each set's last output; its temporaries are given back before the re-check)."""
     i, p, o = native.input_bytes, native.param_bytes, native.output_bytes

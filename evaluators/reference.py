@@ -133,6 +133,10 @@ class ReferenceSession:
         # may have: the tolerance doubles to account for it.
         return 2 * tol if self.gold_precision == GOLD_NATIVE else tol
 
+    def family_tolerance(self, family: str) -> float:
+        """The precision's tolerance, widened to what PyTorch's own result needs on this family so far."""
+        return max(self.base_tolerance, CALIBRATION_MARGIN * self.family_error.get(family, 0.0))
+
     def use_native_gold(self, why: str) -> None:
         self.gold_precision = GOLD_NATIVE
         self.gold_note = why
@@ -212,7 +216,7 @@ class ReferenceSession:
         # for it would loosen the check), so it is skipped instead.
         fam_err = max(self.family_error.get(family, 0.0), err)
         self.family_error[family] = fam_err
-        fam_tol = max(base_tol, CALIBRATION_MARGIN * fam_err)
+        fam_tol = self.family_tolerance(family)
         if fam_tol > MAX_WIDENING * base_tol and family != "base":
             self.skipped[family] = (f"PyTorch's own {self.precision.value} reference deviates by {fam_err:.3g} from "
                                     "float64 on this family: too imprecise to judge against")

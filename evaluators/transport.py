@@ -58,11 +58,10 @@ class WireTransport:
         self._held: list[tuple[int, torch.Tensor]] = []
 
     def call(self, inputs: list[Any], *, reuse: bool, hold: bool, profile: bool, timeout: float, phase: str,
-             compiles: bool) -> tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor]]:
-        out_guess = _nbytes(inputs)
+             compiles: bool, out_bytes: int = 0) -> tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor]]:
         header, payload = self.worker.request(
             {"op": "call", "layouts": layouts(inputs), "reuse": reuse, "profile": profile, "poison": True},
-            {"inputs": inputs}, timeout, phase, max_bytes=2 * out_guess + (64 << 20) + _max_out_bytes(inputs),
+            {"inputs": inputs}, timeout, phase, max_bytes=2 * (out_bytes + _nbytes(inputs)) + (1 << 20),
             compiles=compiles)
         outs = list((payload or {}).get("outputs") or [])
         after = list((payload or {}).get("inputs_after") or [])
@@ -99,10 +98,6 @@ class WireTransport:
 
     def close(self) -> None:
         self._held.clear()
-
-
-def _max_out_bytes(inputs: list[Any]) -> int:
-    return 4 * _nbytes(inputs) + (1 << 30)
 
 
 class SharedTransport:
@@ -162,7 +157,7 @@ class SharedTransport:
             raise WorkerFault(Reason.WORKER_ERROR, f"the candidate's outputs cannot be opened ({e})") from None
 
     def call(self, inputs: list[Any], *, reuse: bool, hold: bool, profile: bool, timeout: float, phase: str,
-             compiles: bool) -> tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor]]:
+             compiles: bool, out_bytes: int = 0) -> tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor]]:
         self._share([inputs], reuse, phase)
         values = [None if isinstance(x, torch.Tensor) else x for x in inputs]
         header, _ = self.worker.request(
