@@ -180,7 +180,10 @@ class Worker:
     """One candidate process. Single-use: after `close()` (or any fault) it is gone."""
 
     def __init__(self, device: str, limits: Limits, wrapper: list[str] | None = None,
-                 base_cache: str | None = None, on_ready: Any = None) -> None:
+                 base_cache: str | None = None, on_ready: Any = None, deferred: bool = False) -> None:
+        """With `deferred`, the process starts and imports at once but creates its CUDA context (which holds
+        the GPU in shared use) only when told to (`go()`, or the first request): a spare started while an
+        evaluation is running then never delays that evaluation's measurement."""
         self.device = device
         self.limits = limits
         self.on_ready = on_ready
@@ -202,13 +205,15 @@ class Worker:
             [*(wrapper or []), sys.executable, "-s", "-m", "kernelwright.evaluators.worker", "--fd", str(child.fileno()),
              "--device", device, "--spawned", repr(time.time()),
              *(["--no-sandbox"] if wrapper else ["--parent", str(os.getpid())]),
-             *(["--gpu-lock", *lock_paths(torch.device(device))] if device.startswith("cuda") else [])],
+             *(["--gpu-lock", *lock_paths(torch.device(device))] if device.startswith("cuda") else []),
+             *(["--wait-go"] if deferred else [])],
             cwd=self.scratch, env=scrubbed_env(self.scratch, device), stdin=subprocess.DEVNULL,
             stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(child.fileno(),),
             start_new_session=True, preexec_fn=_limit_self, close_fds=True,
         )
         child.close()
         self.wrapped = bool(wrapper)
+        self._went = not deferred
         self._ready = False
         self._ready_lock = threading.Lock()
         self._oom = False
@@ -287,7 +292,20 @@ class Worker:
 
     # -- protocol -------------------------------------------------------------------------------------
 
+    def go(self) -> None:
+        """Let a deferred worker create its CUDA context now (no-op if it was told already)."""
+        with self._ready_lock:
+            if self._went:
+                return
+            self._went = True
+            self.started = time.monotonic()  # the start-up limit counts from here
+            try:
+                wire.send(self.sock, {"op": "go"}, timeout=5.0)
+            except wire.WireError:
+                pass  # it died: waiting for it says how
+
     def wait_ready(self) -> dict[str, Any]:
+        self.go()
         with self._ready_lock:
             return self._wait_ready()
 
@@ -416,20 +434,23 @@ def _limit_self() -> None:
 class WorkerPool:
     """Hands out fresh workers for one device, keeping `spares` started ahead of need."""
 
-    def __init__(self, device: str, limits: Limits | None = None, spares: int = 1) -> None:
+    def __init__(self, device: str, limits: Limits | None = None, spares: int = 1,
+                 defer: bool | None = None) -> None:
         # "cuda" becomes "cuda:N" here, once: a worker sets that exact device, and an Evaluator sharing the
         # pool must judge on the same one.
         self.device = str(resolve_device(device))
         self.limits = limits or Limits()
         self.spares = spares
+        self.defer = self.device.startswith("cuda") if defer is None else defer
         self._ready: deque[Worker] = deque()
         self._lock = threading.Lock()
         self._closed = False
         self._base_cache: str | None = None
-        self.fill()
+        self.fill(start=True)
 
     def _new(self) -> Worker:
-        return Worker(self.device, self.limits, base_cache=self._base_cache, on_ready=self._seed)
+        return Worker(self.device, self.limits, base_cache=self._base_cache, on_ready=self._seed,
+                      deferred=self.defer)
 
     def _seed(self, worker: Worker) -> None:
         """Keep the Triton cache of the first worker to come up, before any candidate ran in it."""
@@ -438,22 +459,35 @@ class WorkerPool:
             shutil.copytree(worker.cache_dir, base, dirs_exist_ok=True)
             self._base_cache = base
 
-    def fill(self) -> None:
+    def fill(self, start: bool = False) -> None:
+        """Top the spares up. New CUDA workers import at once but wait to create their context, which
+        holds the GPU in shared use, until `start` (or until `acquire` lets the next one go)."""
         with self._lock:
             while not self._closed and len(self._ready) < self.spares:
                 self._ready.append(self._new())
+            first = self._ready[0] if start and self._ready else None
+        if first is not None:
+            first.go()
 
     def acquire(self) -> Worker:
         """A fresh worker. The pool is topped up at once only when it ran dry; otherwise the caller calls
         `fill()` when its evaluation is over, so a spare's start-up (which holds the GPU in shared use while
-        it creates its context) does not land inside that evaluation's timing."""
+        it creates its context) does not land inside that evaluation's timing.
+
+        The next spare in line is let go now: its context is created while this evaluation runs its trials
+        (shared use of the GPU, as those are), long before this evaluation measures; the others only import."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the worker pool is closed")
             worker = self._ready.popleft() if self._ready else self._new()
             dry = not self._ready
+        worker.go()
         if dry:
             self.fill()
+        with self._lock:
+            following = self._ready[0] if self._ready else None
+        if following is not None:
+            following.go()
         return worker
 
     def close(self) -> None:

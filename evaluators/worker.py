@@ -119,7 +119,7 @@ class _nothing:
 
 class Session:
     def __init__(self, sock: socket.socket, device: str, scratch: str, confine: bool = True,
-                 gpu_lock: tuple[str, str] | None = None) -> None:
+                 gpu_lock: tuple[str, str] | None = None, wait_go: bool = False) -> None:
         from . import guards, sandbox, wire
         from .locks import shared_use
 
@@ -129,6 +129,15 @@ class Session:
         self.wire = wire
         self.sock = sock
         _STAGES["imports_done"] = time.time()
+        if wait_go:  # a spare: imported, but its context waits until the pool says so (pool.Worker.go)
+            import triton  # noqa: F401 - imported now, while waiting costs nothing
+            import triton.language  # noqa: F401
+
+            _STAGES["imports_done"] = time.time()
+            header, _ = wire.recv(sock)
+            if header.get("op") != "go":
+                raise RuntimeError(f"expected 'go' before start-up, got {header.get('op')!r}")
+            _STAGES["go"] = time.time()
         # Creating a CUDA context and warming up use the GPU: never while another process is timing.
         with shared_use(torch.device(device), gpu_lock) if gpu_lock else _nothing():
             self.dev = _device_setup(device)
@@ -583,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sandbox", action="store_true", help="skip the Landlock confinement (profiler runs)")
     ap.add_argument("--gpu-lock", nargs=2, default=None, metavar=("LOCK", "GATE"),
                     help="the parent's GPU lock files (shared use during start-up)")
+    ap.add_argument("--wait-go", action="store_true", help="create the device context only when told to")
     args = ap.parse_args(argv)
     if args.spawned:
         _STAGES["spawned"] = args.spawned
@@ -594,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = os.getcwd()
     try:
         Session(sock, args.device, scratch, confine=not args.no_sandbox,
-                gpu_lock=tuple(args.gpu_lock) if args.gpu_lock else None).serve()
+                gpu_lock=tuple(args.gpu_lock) if args.gpu_lock else None, wait_go=args.wait_go).serve()
     except Exception:  # the channel broke or set-up failed: the trusted side sees EOF and says so
         traceback.print_exc()
         return 3
