@@ -497,6 +497,7 @@ class Evaluator:
         ref_s = judge_s = call_s = 0.0
         prev_shapes: list[Any] | None = None
         flag_sets: list[set[str]] = []
+        sub = {"inputs": 0.0, "compare": 0.0, "keep": 0.0, "release": 0.0}  # where judging goes
         t_trials = time.monotonic()
         for k, (family, index) in enumerate(order):
             t0 = time.monotonic()
@@ -553,17 +554,25 @@ class Evaluator:
                               f"{label}: ModelNew.forward launched no Triton kernel; the work must be done by the "
                               "candidate's own @triton.jit kernels", "triton_launch")
             self._judge_outputs(header, outs, trial, label)
+            t1 = time.monotonic()
             self._judge_inputs(after, tensors, label)
+            t2 = time.monotonic()
             with shared_use(self.device):
                 rec_max, rec_norm = self._compare_all(outs, trial.gold, trial.tolerance, label, result)
+            t3 = time.monotonic()
+            sub["inputs"] += t2 - t1
+            sub["compare"] += t3 - t2
             max_rel, norm_rel = max(max_rel, rec_max), max(norm_rel, rec_norm)
             result.trials.append(TrialRecord(family=trial.family, trial=trial.index, max_rel_error=rec_max,
                                              norm_rel_error=rec_norm, passed=True))
             if hold or not transport.shared:
                 transport.keep(outs)
                 held += out_bytes
+            t4 = time.monotonic()
+            sub["keep"] += t4 - t3
             del outs, after, trial, tensors
             transport.release()
+            sub["release"] += time.monotonic() - t4
             judge_s += time.monotonic() - t0
         if calls == 0:
             raise ProblemError(f"{self.problem.path}: no input family could be checked "
@@ -574,6 +583,8 @@ class Evaluator:
         phases["trials_reference_s"] = ref_s
         phases["trials_candidate_s"] = call_s
         phases["trials_judging_s"] = judge_s
+        for part, spent in sub.items():
+            phases[f"trials_judging_{part}_s"] = spent
         result.tolerance = tolerance
         result.gold_precision = ref.gold_precision
         result.problem_flags = list(self._flags or [])

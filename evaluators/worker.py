@@ -51,6 +51,29 @@ def _device_setup(device: str) -> Any:
     return dev
 
 
+def _passthrough_mode() -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    return _Passthrough()
+
+
+def _warm_host() -> None:
+    """The host-only part of the warm-up, done before the device is touched: the first use of a dispatch
+    mode imports a great deal lazily (5-6 s on an H100 host), and none of it needs the GPU, so it must
+    not happen while this process holds the GPU in shared use."""
+    import torch
+
+    with _passthrough_mode():
+        x = torch.zeros(64)
+        y = torch.empty_like(x)
+        y = (torch.randn(8, 8) @ torch.randn(8, 8)).sum()
+    del x, y
+
+
 def _warm(dev: Any) -> None:
     """Run the library paths every candidate will use, so their lazy set-up is not charged to it."""
     import torch
@@ -63,15 +86,9 @@ def _warm(dev: Any) -> None:
         m = offs < n
         tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=m) + 1.0, mask=m)
 
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class _Passthrough(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            return func(*args, **(kwargs or {}))
-
     # The same path a candidate's forward takes (a dispatch mode, an allocation, a launch), so that
     # lazy imports inside PyTorch and Triton happen now rather than inside the first timed forward.
-    with _Passthrough():
+    with _passthrough_mode():
         x = torch.zeros(64, device=dev)
         y = torch.empty_like(x)
         _kw_warm[(1,)](x, 64, BLOCK=64)
@@ -124,16 +141,15 @@ class Session:
         from .locks import shared_use
 
         import torch
+        import triton  # noqa: F401 - imported here, where nothing waits on it
+        import triton.language  # noqa: F401
 
         self.torch = torch
         self.wire = wire
         self.sock = sock
+        _warm_host()
         _STAGES["imports_done"] = time.time()
         if wait_go:  # a spare: imported, but its context waits until the pool says so (pool.Worker.go)
-            import triton  # noqa: F401 - imported now, while waiting costs nothing
-            import triton.language  # noqa: F401
-
-            _STAGES["imports_done"] = time.time()
             header, _ = wire.recv(sock)
             if header.get("op") != "go":
                 raise RuntimeError(f"expected 'go' before start-up, got {header.get('op')!r}")
