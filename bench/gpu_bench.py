@@ -54,7 +54,7 @@ def table(out: dict) -> None:
         except Exception as e:  # noqa: BLE001
             rows.append({"name": name, "error": f"{type(e).__name__}: {e}"[:200]})
             continue
-        t = r.timing or {}
+        t = r.timing.model_dump() if r.timing else {}
         rows.append({"name": name, "verdict": r.verdict, "reason": str(r.reason), "precision": r.precision,
                      "eager_ms": t.get("eager_ms"), "compile_ms": t.get("compile_ms"), "cand_ms": t.get("median_ms"),
                      "p25_ms": t.get("p25_ms"), "p75_ms": t.get("p75_ms"), "floor_ms": t.get("floor_ms"),
@@ -76,7 +76,7 @@ def consistency(out: dict) -> None:
             for _ in range(10):
                 t0 = time.time()
                 r = ev.evaluate(src)
-                t = r.timing or {}
+                t = r.timing.model_dump() if r.timing else {}
                 meds.append(t.get("median_ms", float("nan")))
                 evals.append({"start": t0, "end": time.time(), "median_ms": t.get("median_ms"),
                               "eager_ms": t.get("eager_ms"), "noise_band": t.get("noise_band"),
@@ -96,7 +96,7 @@ def ncu(out: dict) -> None:
         with Evaluator(load_problem(prob), "cuda", EvalPolicy(trials=1)) as ev:
             prof = ev.profile(cand.read_text(), ncu=True)
         ncu_us = [k.metrics.get("duration_us") for k in prof.ncu.kernels if "duration_us" in k.metrics]
-        med = prof.timing["median_ms"] * 1e3 if prof.timing else None
+        med = prof.timing.median_ms * 1e3 if prof.timing else None
         ncu_med = statistics.median(ncu_us) if ncu_us else None
         rows.append({"name": name, "timing_us": med, "ncu_duration_us": ncu_med,
                      "rel_diff": abs(med - ncu_med) / ncu_med if med and ncu_med else None,

@@ -26,7 +26,7 @@ THROUGHPUT = ("23_Softmax", "40_LayerNorm")
 
 
 def _row(name: str, r, wall: float) -> dict:  # type: ignore[no-untyped-def]
-    t = r.timing or {}
+    t = r.timing.model_dump() if r.timing else {}
     m = r.memory or {}
     return {"name": name, "verdict": r.verdict, "reason": str(r.reason), "detail": r.detail[:300], "wall_s": wall,
             "median_ms": t.get("median_ms"), "eager_ms": t.get("eager_ms"), "compile_ms": t.get("compile_ms"),

@@ -40,7 +40,7 @@ from .profiling import (
     NCU_ALL_METRICS, NcuReport, Profile, breakdown_from_events, ncu_unavailable_reason, parse_ncu_csv, render,
 )
 from .reference import GOLD_NATIVE, ReferenceSession, Trial
-from .result import Check, EvalResult, KernelLaunch, Reason, TrialRecord, bound
+from .result import Check, EvalResult, KernelLaunch, Reason, Timing, TrialRecord, bound
 from .roofline import count_work, device_peaks, floor_ms
 from .timing import Samples, judge_speedup, noise_band, suspect_flags
 from .transport import SharedTransport, WireTransport, layouts
@@ -379,7 +379,7 @@ class Evaluator:
                     result.timing_unavailable = f"not timed: {e}"
                     checks.append(Check(name="timing", outcome="skip", detail=str(e)))
                 phases["timing_s"] = time.monotonic() - t0
-                phases["measure_s"] = float((result.timing or {}).get("measure_s", 0.0))
+                phases["measure_s"] = result.timing.measure_s if result.timing else 0.0
             result.verdict, result.reason = "pass", Reason.OK
             result.detail = (f"correct on {len(result.trials)} trials over {len(result.families)} input families; "
                              f"worst error {result.max_rel_error or 0:.3g} (tolerance {result.tolerance or 0:.3g}, "
@@ -696,7 +696,7 @@ class Evaluator:
     # -- timing ---------------------------------------------------------------------------------------
 
     def _time(self, worker: Worker, transport: WireTransport | SharedTransport, checks: list[Check], plan: Plan,
-              phases: dict[str, float]) -> dict[str, Any]:
+              phases: dict[str, float]) -> Timing:
         pol = self.policy
         with self._ref_lock:
             if self._baselines is None:
@@ -761,7 +761,7 @@ class Evaluator:
         summary["timing_sets"] = len(inputs)
         summary["measure_s"] = measure_s  # seconds this evaluation held the GPU exclusively
         del inputs
-        return summary
+        return Timing.model_validate(summary)
 
     def _recheck_timed(self, inputs: list[Any], outs: list[torch.Tensor], native: bool, tol: float, k: int) -> None:
         gold = self.reference.gold_for(inputs, native=native)

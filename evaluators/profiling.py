@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .result import Timing
+
 NCU_METRICS = [
     "gpu__time_duration.sum",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -85,7 +87,7 @@ class Profile(BaseModel):
     breakdown: list[KernelTime] = Field(default_factory=list)
     breakdown_unavailable: str | None = None
     ncu: NcuReport = Field(default_factory=lambda: NcuReport(available=False, why="not requested"))
-    timing: dict[str, Any] | None = None
+    timing: Timing | None = None
     verdict: str = ""
     reason: str = ""
     text: str = ""
@@ -166,12 +168,12 @@ def render(profile: Profile, limit: int = 2500) -> str:
     out: list[str] = []
     t = profile.timing
     if t:
-        line = f"time {t['median_ms']:.4g} ms (p25 {t['p25_ms']:.4g}, p75 {t['p75_ms']:.4g}); eager {t['eager_ms']:.4g} ms"
-        if t.get("compile_ms"):
-            line += f"; torch.compile {t['compile_ms']:.4g} ms"
-        out.append(line + f"; noise band {t['noise_band']:.1%}")
-        if t.get("floor_ms"):
-            out.append(f"roofline floor {t['floor_ms']:.4g} ms ({t['bound']}-bound); achieved {t['fraction_of_floor']:.0%} of it")
+        line = f"time {t.median_ms:.4g} ms (p25 {t.p25_ms:.4g}, p75 {t.p75_ms:.4g}); eager {t.eager_ms:.4g} ms"
+        if t.compile_ms:
+            line += f"; torch.compile {t.compile_ms:.4g} ms"
+        out.append(line + f"; noise band {t.noise_band:.1%}")
+        if t.floor_ms and t.fraction_of_floor is not None:
+            out.append(f"roofline floor {t.floor_ms:.4g} ms ({t.bound}-bound); achieved {t.fraction_of_floor:.0%} of it")
     for k in profile.kernels[:6]:
         c = k.get("compiled") or {}
         res = ", ".join(f"{key} {c[key]}" for key in ("registers", "spills", "shared_bytes", "num_warps", "num_stages")

@@ -11,7 +11,7 @@ import re
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 DETAIL_LIMIT = 2000
 """Longest `detail` (characters) a verdict carries: it is shown to language models."""
@@ -89,6 +89,64 @@ class TrialRecord(BaseModel):
     passed: bool = False
 
 
+class Timing(BaseModel):
+    """How fast a verified candidate ran on the GPU, against its baselines (`EvalResult.timing`).
+
+    Device times are medians of event-timed repetitions on flushed caches, over alternating input sets.
+    Fields that depend on something unavailable (torch.compile, the roofline) are None, and a
+    `*_unavailable` field says why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    median_ms: float
+    """the candidate's median device time per forward"""
+    p25_ms: float
+    p75_ms: float
+    min_ms: float
+    max_ms: float
+    reps: int
+    """timed repetitions"""
+    wall_median_ms: float
+    """median host wall time per repetition (launch overhead shows here)"""
+    noise_band: float
+    """relative A/A difference between the two eager runs (before and after), floored by their spread"""
+    eager_ms: float
+    """the reference module run eagerly, mean of its two medians"""
+    speedup_vs_eager: float
+    vs_eager: Literal["faster", "slower", "no change"]
+    """the speedup judged against the noise band"""
+    compile_mode: str | None = None
+    """the fastest torch.compile mode measured"""
+    compile_modes: dict[str, float | str] | None = None
+    """every compile mode measured: its median in ms, or why it failed"""
+    compile_ms: float | None = None
+    speedup_vs_compile: float | None = None
+    vs_compile: Literal["faster", "slower", "no change"] | None = None
+    compile_unavailable: str | None = None
+    clocks: dict[str, Any] = Field(default_factory=dict)
+    """GPU clocks and throttle reasons read before and after the measurement"""
+    floor_ms: float | None = None
+    """the roofline floor: the least time the problem's flops and bytes can take on this GPU"""
+    bound: str | None = None
+    """memory or compute: which side of the roofline sets the floor"""
+    fraction_of_floor: float | None = None
+    """floor_ms / median_ms (1.0 = at the floor)"""
+    flops: float | None = None
+    bytes: float | None = None
+    floor_unavailable: str | None = None
+    best_baseline_ms: float
+    """the faster of eager and torch.compile"""
+    best_baseline: Literal["eager", "torch.compile"]
+    flush_spin_ms: dict[str, float] | None = None
+    """medians of the fixed flush+spin, candidate and baseline (a shared GPU shows here)"""
+    suspect: list[str] = Field(default_factory=list)
+    """reasons not to believe the timing (a suspect result is never admitted by the loop)"""
+    timing_sets: int = 1
+    """distinct input sets the repetitions alternated over"""
+    measure_s: float = 0.0
+    """wall seconds this evaluation held the GPU exclusively"""
+
+
 class EvalResult(BaseModel):
     """The whole verdict on one candidate for one problem, device and precision."""
 
@@ -116,7 +174,7 @@ class EvalResult(BaseModel):
         default=None, description="share of the forward's time spent in the candidate's own Triton kernels"
     )
     problem_flags: list[str] = Field(default_factory=list, description="e.g. degenerate: a zero output would pass")
-    timing: dict[str, Any] | None = None
+    timing: Timing | None = None
     timing_unavailable: str | None = None
     phases: dict[str, float] = Field(default_factory=dict, description="wall seconds per phase")
     candidate_log: str = Field(default="", description="bounded tail of what the candidate printed")

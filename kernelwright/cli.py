@@ -340,15 +340,15 @@ def _print_result(result, problem: str, candidate: str) -> None:  # type: ignore
     if t is None:
         out.print(f"[dim]timing: unavailable ({escape(str(result.timing_unavailable))})[/]")
     else:
-        line = (f"time {t['median_ms']:.4g} ms (p25 {t['p25_ms']:.4g} – p75 {t['p75_ms']:.4g}, {t['reps']} reps); "
-                f"eager {t['eager_ms']:.4g} ms → {t['speedup_vs_eager']:.2f}× ({t['vs_eager']})")
-        if t.get("compile_ms"):
-            line += f"; torch.compile {t['compile_ms']:.4g} ms → {t['speedup_vs_compile']:.2f}× ({t['vs_compile']})"
-        out.print(line + f"; noise band ±{t['noise_band']:.1%}", markup=False, highlight=False)
-        if t.get("floor_ms"):
-            out.print(f"roofline floor {t['floor_ms']:.4g} ms ({t['bound']}-bound): {t['fraction_of_floor']:.0%} of the floor",
+        line = (f"time {t.median_ms:.4g} ms (p25 {t.p25_ms:.4g} – p75 {t.p75_ms:.4g}, {t.reps} reps); "
+                f"eager {t.eager_ms:.4g} ms → {t.speedup_vs_eager:.2f}× ({t.vs_eager})")
+        if t.compile_ms and t.speedup_vs_compile:
+            line += f"; torch.compile {t.compile_ms:.4g} ms → {t.speedup_vs_compile:.2f}× ({t.vs_compile})"
+        out.print(line + f"; noise band ±{t.noise_band:.1%}", markup=False, highlight=False)
+        if t.floor_ms and t.fraction_of_floor is not None:
+            out.print(f"roofline floor {t.floor_ms:.4g} ms ({t.bound}-bound): {t.fraction_of_floor:.0%} of the floor",
                       markup=False, highlight=False)
-        for flag in t.get("suspect", []):
+        for flag in t.suspect:
             out.print(f"[bold yellow]suspect:[/] {escape(flag)}")
     phases = ", ".join(f"{k} {v:.2f}" for k, v in result.phases.items())
     out.print(f"[dim]phases (s): {phases}[/]")

@@ -27,7 +27,7 @@ import pytest
 import torch
 from torch import nn
 
-from kernelwright.evaluators import gpu_monitor, roofline
+from kernelwright.evaluators import Timing, gpu_monitor, roofline
 from kernelwright.evaluators.locks import LockTimeout, lock_paths, measurement_lock, shared_use
 from kernelwright.evaluators.profiling import (
     NcuKernel, NcuReport, Profile, breakdown_from_events, ncu_unavailable_reason, parse_ncu_csv, render,
@@ -447,8 +447,10 @@ def _big_profile() -> Profile:
         breakdown=breakdown_from_events([(f"{long}{i}", float(i + 1)) for i in range(60)]),
         ncu=NcuReport(available=True, kernels=[NcuKernel(name=f"{long}{i}", metrics={"duration_us": 4.0, "dram_pct": 80.0},
                                                          stalls={"long_scoreboard": 5.0}) for i in range(40)]),
-        timing={"median_ms": 0.1, "p25_ms": 0.09, "p75_ms": 0.11, "eager_ms": 0.2, "compile_ms": 0.15,
-                "noise_band": 0.02, "floor_ms": 0.05, "bound": "memory", "fraction_of_floor": 0.5},
+        timing=Timing(median_ms=0.1, p25_ms=0.09, p75_ms=0.11, min_ms=0.09, max_ms=0.12, reps=30, wall_median_ms=0.12,
+                      eager_ms=0.2, speedup_vs_eager=2.0, vs_eager="faster", compile_ms=0.15, speedup_vs_compile=1.5,
+                      vs_compile="faster", noise_band=0.02, floor_ms=0.05, bound="memory", fraction_of_floor=0.5,
+                      best_baseline_ms=0.15, best_baseline="torch.compile"),
     )
 
 
