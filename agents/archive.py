@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -239,3 +239,28 @@ def stop_reason(archive: Archive, *, plateau_steps: int = 20, roofline_target: f
         if not any(s.decision == "elite" for s in recent):
             return f"no improvement in the last {plateau_steps} steps"
     return None
+
+
+# -- queries ----------------------------------------------------------------------------------------------
+
+
+def lineage(archive: Archive, kernel: str) -> list[str]:
+    """The kernel and its admitted ancestors, newest first."""
+    chain = []
+    while kernel and kernel in archive.entries and kernel not in chain:
+        chain.append(kernel)
+        kernel = archive.entries[kernel].parent_id or ""
+    return chain
+
+
+def lineage_history(archive: Archive, kernel: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The steps taken from kernels on this one's lineage, oldest first (what the strategist is shown)."""
+    on_line = set(lineage(archive, kernel))
+    return [{"parent": s.parent_id[:12], "proposal": s.proposal_key, "verdict": s.verdict, "reason": s.reason,
+             "delta": s.delta, "decision": s.decision} for s in archive.steps if s.parent_id in on_line][-limit:]
+
+
+def tried_on(archive: Archive, parent: str) -> list[str]:
+    """Every proposal key already tried on this parent: a failed one must not be repeated, and a successful
+    one would only rebuild a kernel the archive already judged."""
+    return sorted(set(archive.failed.get(parent, [])) | {st.proposal_key for st in archive.steps if st.parent_id == parent})

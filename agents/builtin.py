@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import random
 import statistics
-from typing import Any
+from typing import Any, Callable
 
-from .moves import Move, catalog
+from kernelwright.evaluators import Timing
+
+from .archive import Archive, lineage
+from .moves import Move, catalog, category_of, knobs
 from .schemas import Bottleneck, Diagnosis, Proposal
 
 LATENCY_MS = 0.02
 """A kernel faster than this and far from its floor is limited by launch and latency, not throughput."""
 
 
-def diagnose(timing: dict[str, Any] | None, kernels: list[dict[str, Any]],
+def diagnose(timing: Timing | None, kernels: list[dict[str, Any]],
              ncu: list[dict[str, Any]] | None = None) -> Diagnosis:
     """Classify what limits the parent. `ncu` is a list of {"metrics": {...}} per profiled kernel."""
     evidence: list[str] = []
@@ -32,11 +35,11 @@ def diagnose(timing: dict[str, Any] | None, kernels: list[dict[str, Any]],
     if not timing:
         return Diagnosis(bottleneck="unknown", evidence=["no GPU timing (CPU mode)"], headroom=None,
                          summary="Nothing was measured on a GPU; any knob move is a guess.")
-    frac = timing.get("fraction_of_floor")
-    bound = timing.get("bound")
-    med = timing.get("median_ms")
+    frac = timing.fraction_of_floor
+    bound = timing.bound
+    med = timing.median_ms
     if frac is not None:
-        evidence.append(f"{frac:.0%} of the {bound}-bound roofline floor ({timing.get('floor_ms', 0):.4g} ms)")
+        evidence.append(f"{frac:.0%} of the {bound}-bound roofline floor ({timing.floor_ms or 0:.4g} ms)")
     if med is not None:
         evidence.append(f"median {med:.4g} ms")
     m = (ncu or [{}])[0].get("metrics", {}) if ncu else {}
@@ -68,8 +71,8 @@ def diagnose(timing: dict[str, Any] | None, kernels: list[dict[str, Any]],
     return Diagnosis(bottleneck=kind, evidence=evidence, headroom=_headroom(timing), summary=summaries[kind])
 
 
-def _headroom(timing: dict[str, Any] | None) -> float | None:
-    frac = (timing or {}).get("fraction_of_floor")
+def _headroom(timing: Timing | None) -> float | None:
+    frac = timing.fraction_of_floor if timing is not None else None
     return None if frac is None else max(0.0, 1.0 - min(frac, 1.0))
 
 
@@ -125,3 +128,19 @@ def move_for(source: str, proposal: Proposal) -> Move:
         if m.key == proposal.key:
             return m
     raise KeyError(f"the proposal {proposal.key!r} does not apply to this source")
+
+
+def lineage_gains(archive: Archive, kernel: str, source_of: Callable[[str], str]) -> dict[str, list[float]]:
+    """Measured gains by move kind over the steps whose parent lies on this kernel's lineage (`source_of`
+    gives a kernel's source by hash)."""
+    on_line = set(lineage(archive, kernel))
+    gains: dict[str, list[float]] = {}
+    for step in archive.steps:
+        if step.parent_id not in on_line or step.delta is None or "=" not in step.proposal_key:
+            continue
+        knob, new = step.proposal_key.split("=", 1)
+        old = knobs(source_of(step.parent_id)).get(knob)
+        if old is None or not new.lstrip("-").isdigit():
+            continue
+        gains.setdefault(move_kind(Move(knob, old.value, int(new), category_of(knob))), []).append(step.delta)
+    return gains

@@ -9,22 +9,22 @@ are read by the client from the environment and never written anywhere by this m
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
 import os
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from kernelwright import prompts
+from kernelwright.evaluators import EvalResult
+from kernelwright.tools.coding import QuickCheck, Workspace, check_workspace, coder_tools
 
 from .schemas import Diagnosis, Proposal
 
@@ -33,46 +33,62 @@ log = logging.getLogger(__name__)
 ROLES = ("analyst", "strategist", "coder")
 """The roles that use a model (the verifier and the archive never do)."""
 
-PRICES: dict[str, tuple[float, float]] = {}
-"""USD per million (input, output) tokens by model name; a model not listed costs 0 (unknown)."""
-
 _SPEC = re.compile(r"^[A-Za-z0-9_.\-]+:\S+$")
-_registry: dict[str, BaseChatModel] = {}
-_built: dict[tuple[str, str | None], BaseChatModel] = {}
-_lock = threading.Lock()
 
 
 class ProviderError(Exception):
     """The provider failed for good (after retries, or with an error retrying cannot fix): one sentence."""
 
+    kind = "provider"
+
 
 class ModelError(Exception):
     """The model kept answering in a form that cannot be used: one sentence."""
+
+    kind = "model"
 
 
 def valid_spec(spec: str) -> bool:
     return bool(_SPEC.match(spec))
 
 
-def register(spec: str, model: BaseChatModel) -> None:
-    """Make `chat_model(spec, ...)` return this model (tests; embedding applications)."""
-    _registry[spec] = model
+class Models:
+    """The chat models of one run: built once per model spec (branches share a client and its connection
+    pool), priced from the run's own price table. Nothing here is process-wide, so two runs in one process
+    keep their own clients, prices and stand-in models.
 
+    `given` maps a spec to a ready model (tests, notebooks, applications that build their own clients)."""
 
-def chat_model(spec: str, base_url: str | None = None) -> BaseChatModel:
-    """The chat model a `provider:model` spec names; with `base_url`, an OpenAI-compatible server's."""
-    if spec in _registry:
-        return _registry[spec]
-    if not valid_spec(spec):
-        raise ValueError(f"model {spec!r}: use provider:model, e.g. openai:gpt-4.1")
-    with _lock:
-        model = _built.get((spec, base_url))
-        if model is None:  # one client per model for the process: branches share its connection pool
-            try:
-                model = _built[(spec, base_url)] = _construct(spec, base_url)
-            except Exception as e:  # noqa: BLE001 - a missing package or key: each provider has its own class
-                raise ProviderError(f"the model {spec} cannot be used: {_first_line(e)}") from e
-        return model
+    def __init__(self, base_url: str | None = None, prices: dict[str, Any] | None = None,
+                 given: dict[str, BaseChatModel] | None = None) -> None:
+        self.base_url = base_url
+        self.prices: dict[str, tuple[float, float]] = {k: (float(v[0]), float(v[1])) for k, v in (prices or {}).items()}
+        self._given = dict(given or {})
+        self._built: dict[str, BaseChatModel] = {}
+        self._lock = threading.Lock()
+
+    def chat_model(self, spec: str) -> BaseChatModel:
+        """The chat model a `provider:model` spec names (ProviderError if it cannot be built)."""
+        if spec in self._given:
+            return self._given[spec]
+        if not valid_spec(spec):
+            raise ValueError(f"model {spec!r}: use provider:model, e.g. openai:gpt-4.1")
+        with self._lock:
+            model = self._built.get(spec)
+            if model is None:
+                try:
+                    model = self._built[spec] = _construct(spec, self.base_url)
+                except Exception as e:  # noqa: BLE001 - a missing package or key: each provider has its own class
+                    raise ProviderError(f"the model {spec} cannot be used: {_first_line(e)}") from e
+            return model
+
+    def price(self, spec: str) -> tuple[float, float] | None:
+        """USD per million (input, output) tokens of `spec` (or of its bare model name), if given."""
+        return self.prices.get(spec) or self.prices.get(spec.split(":", 1)[-1])
+
+    def usage(self, spec: str) -> Usage:
+        """A fresh usage account for one role's calls to `spec`, priced from this run's table."""
+        return Usage(model=spec, price=self.price(spec))
 
 
 def _construct(spec: str, base_url: str | None) -> BaseChatModel:
@@ -99,6 +115,8 @@ class Usage:
     """Tokens, cost, retries and the model's reasoning text over one role's calls."""
 
     model: str = ""
+    price: tuple[float, float] | None = None
+    """USD per million (input, output) tokens; None: unknown, the calls cost 0"""
     calls: int = 0
     retries: int = 0
     input_tokens: int = 0
@@ -116,21 +134,11 @@ class Usage:
         i, o = int(meta.get("input_tokens") or 0), int(meta.get("output_tokens") or 0)
         self.input_tokens += i
         self.output_tokens += o
-        name = self.model.split(":", 1)[-1]
-        price = PRICES.get(self.model) or PRICES.get(name)
-        if price:
-            self.cost_usd += (i * price[0] + o * price[1]) / 1e6
+        if self.price:
+            self.cost_usd += (i * self.price[0] + o * self.price[1]) / 1e6
         text = reasoning_of(msg)
         if text:
             self.reasoning.append(text)
-
-    def merge(self, other: Usage) -> None:
-        self.calls += other.calls
-        self.retries += other.retries
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.cost_usd += other.cost_usd
-        self.reasoning += other.reasoning
 
     def record(self) -> dict[str, Any]:
         return {"model": self.model, "calls": self.calls, "retries": self.retries, "input_tokens": self.input_tokens,
@@ -334,82 +342,6 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: s
 
 # -- the coder --------------------------------------------------------------------------------------------
 
-QuickCheck = Callable[[str], tuple[bool, str]]
-"""source -> (passes, a bounded message for the model)."""
-
-
-def syntax_check(source: str) -> tuple[bool, str]:
-    """The cheapest quick check: the file parses and compiles and defines ModelNew."""
-    try:
-        tree = ast.parse(source)
-        compile(tree, "kernel.py", "exec")
-    except SyntaxError as e:
-        return False, f"syntax error on line {e.lineno}: {e.msg}"
-    if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
-        return False, "the file defines no class ModelNew"
-    return True, "compiles"
-
-
-@dataclass
-class _Workspace:
-    source: str
-    checked: tuple[str, bool, str] | None = None
-    finished: bool = False
-
-
-def coder_tools(ws: _Workspace, check: QuickCheck) -> list[BaseTool]:
-    """The coder's tools over one workspace (the current kernel text)."""
-
-    @tool
-    def view_kernel(start: int = 1, end: int = 10_000) -> str:
-        """Show lines start..end (1-based, inclusive) of the current kernel, numbered."""
-        lines = ws.source.splitlines()
-        start, end = max(1, start), min(len(lines), end)
-        return "\n".join(f"{i:4d}| {lines[i - 1]}" for i in range(start, end + 1)) or "(no such lines)"
-
-    @tool
-    def search_replace(old: str, new: str) -> str:
-        """Replace the single occurrence of `old` in the current kernel with `new`."""
-        n = ws.source.count(old) if old else 0
-        if n != 1:
-            return (f"error: `old` matches {n} times; it must match exactly once (copy it from view_kernel, "
-                    "with enough context to be unique)")
-        ws.source = ws.source.replace(old, new, 1)
-        return "replaced 1 occurrence"
-
-    @tool
-    def write_kernel(source: str) -> str:
-        """Replace the whole kernel file with `source`."""
-        ws.source = source
-        return f"written ({len(source.splitlines())} lines)"
-
-    @tool
-    def quick_check() -> str:
-        """Compile the current kernel and run a fast correctness check."""
-        ok, msg = _check(ws, check)
-        return ("pass: " if ok else "fail: ") + msg
-
-    @tool
-    def finish() -> str:
-        """Declare the change done; the current kernel must pass the quick check."""
-        ok, msg = _check(ws, check)
-        if not ok:
-            return f"error: the quick check fails ({msg}); repair the kernel, then call finish again"
-        ws.finished = True
-        return "done"
-
-    return [view_kernel, search_replace, write_kernel, quick_check, finish]
-
-
-def _check(ws: _Workspace, fn: QuickCheck) -> tuple[bool, str]:
-    if ws.checked is None or ws.checked[0] != ws.source:
-        ok, msg = syntax_check(ws.source)
-        if ok:
-            ok, msg = fn(ws.source)
-        ws.checked = (ws.source, ok, msg[:2000])
-    return ws.checked[1], ws.checked[2]
-
-
 def code(model: BaseChatModel, parent_source: str, proposal: Proposal, quick_check: QuickCheck, *,
          problem: str = "", diagnosis: Diagnosis | None = None, usage: Usage | None = None,
          rounds: int = 12) -> tuple[str | None, list[dict[str, Any]]]:
@@ -430,7 +362,7 @@ def write(model: BaseChatModel, problem: str, quick_check: QuickCheck, *, usage:
 
 def _edit(model: BaseChatModel, start: str, prompt: str, quick_check: QuickCheck, usage: Usage,
           rounds: int) -> tuple[str | None, list[dict[str, Any]]]:
-    ws = _Workspace(start)
+    ws = Workspace(start)
     tools = {t.name: t for t in coder_tools(ws, quick_check)}
     bound = model.bind_tools(list(tools.values()))
     messages: list[BaseMessage] = [HumanMessage(prompt)]
@@ -464,31 +396,32 @@ def _edit(model: BaseChatModel, start: str, prompt: str, quick_check: QuickCheck
             break
     if ws.source == start or not ws.source.strip():
         return None, transcript
-    if not ws.finished and not _check(ws, quick_check)[0]:
+    if not ws.finished and not check_workspace(ws, quick_check)[0]:
         return None, transcript
     return ws.source, transcript
 
 
-def describe_eval(result: dict[str, Any]) -> str:
-    """A bounded, model-safe summary of an EvalResult dict."""
-    t = result.get("timing")
-    lines = [f"verdict: {result.get('verdict')} ({result.get('reason')})"]
-    if result.get("max_rel_error") is not None:
-        lines.append(f"max relative error: {result['max_rel_error']:.3g}")
+def describe_eval(result: EvalResult | None) -> str:
+    """A bounded, model-safe summary of a verdict."""
+    if result is None:
+        return "verdict: not judged"
+    lines = [f"verdict: {result.verdict} ({result.reason})"]
+    if result.max_rel_error is not None:
+        lines.append(f"max relative error: {result.max_rel_error:.3g}")
+    t = result.timing
     if t:
         for k in ("median_ms", "speedup_vs_eager", "speedup_vs_compile", "floor_ms", "bound", "fraction_of_floor",
                   "noise_band"):
-            if t.get(k) is not None:
-                lines.append(f"{k}: {t[k]}")
+            v = getattr(t, k)
+            if v is not None:
+                lines.append(f"{k}: {v}")
     else:
-        lines.append(f"timing: unavailable ({result.get('timing_unavailable') or 'not measured'})")
+        lines.append(f"timing: unavailable ({result.timing_unavailable or 'not measured'})")
     return "\n".join(lines)
 
 
-def describe_profile(result: dict[str, Any]) -> str:
-    ks = result.get("kernels") or []
+def describe_profile(result: EvalResult | None) -> str:
+    ks = result.kernels if result is not None else []
     if not ks:
         return "(no kernel profile)"
-    return "\n".join(json.dumps(k, default=str)[:600] for k in ks[:8])
-
-
+    return "\n".join(k.model_dump_json()[:600] for k in ks[:8])

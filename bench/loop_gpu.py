@@ -11,7 +11,6 @@ stop reason and the wall time. Prints a table at the end and writes loop.json un
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
 import time
@@ -19,41 +18,42 @@ from pathlib import Path
 
 import torch
 import triton
-from rich.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gpu_bench import _f  # noqa: E402  (the table cell formatter; bench/ is on sys.path as the script's folder)
-from kernelwright.optimize import run_optimize  # noqa: E402
-from kernelwright.runstore import RunStore  # noqa: E402
+from kernelwright import api  # noqa: E402
+from kernelwright.evaluators import EvalResult  # noqa: E402
 
 
 def one(name: str, iterations: int, branches: int, run_dir: Path, device: str) -> dict:
     ex = ROOT / "examples" / name
     t0 = time.time()
-    summary = run_optimize(problem=ex / "problem.py", seed_kernel=ex / "seed.py", model="builtin", base_url=None,
-                           role_models=[], iterations=iterations, time_budget=None, branches=branches,
-                           device=device, precision=None, trials=5, run_dir=run_dir, resume=None,
-                           console=Console(file=io.StringIO()))
+    config = api.RunConfig(iterations=iterations, branches=branches, device=device, trials=5)
+    with api.start_run(ex / "problem.py", seed_kernel=ex / "seed.py", config=config, runs_dir=run_dir) as handle:
+        info = handle.run_to_end()
     wall = time.time() - t0
-    run = RunStore(run_dir).open(summary.run_id)
-    info = run.info()
-    evals = {p.stem: json.loads(p.read_text()) for p in (run.path / "evals").glob("*.json")}
-    seed_t = (evals.get(info.config.get("seed_kernel") or "", {}).get("timing") or {})
-    best_t = (evals.get(info.best_kernel or "", {}).get("timing") or {})
-    passed = sum(e.get("verdict") == "pass" for e in evals.values())
-    timed = sum(bool(e.get("timing")) for e in evals.values())
-    med = best_t.get("median_ms")
+    view = api.open_run(info.id, run_dir)
+    evals = {p.stem: EvalResult.model_validate_json(p.read_text()) for p in (view.run.path / "evals").glob("*.json")}
+    seed = evals.get(info.config.get("seed_kernel") or "")
+    best = view.best()
+    seed_t = seed.timing if seed else None
+    best_t = best.result.timing if best and best.result else None
+    med = best_t.median_ms if best_t else None
     return {
-        "name": name, "run_id": summary.run_id, "status": summary.status, "stop": summary.stop_reason,
-        "steps": len(run.trace()), "evaluations": len(evals), "passed": passed, "timed": timed,
-        "seed_ms": seed_t.get("median_ms"), "best_ms": med, "eager_ms": best_t.get("eager_ms"),
-        "compile_ms": best_t.get("compile_ms"), "floor_ms": best_t.get("floor_ms"),
-        "fraction_of_floor": best_t.get("fraction_of_floor"), "noise_band": best_t.get("noise_band"),
-        "speedup_vs_seed": seed_t["median_ms"] / med if med and seed_t.get("median_ms") else None,
-        "speedup_vs_eager": best_t.get("speedup_vs_eager"), "speedup_vs_compile": best_t.get("speedup_vs_compile"),
-        "best_kernel": summary.best_path, "wall_s": wall,
+        "name": name, "run_id": info.id, "status": info.status, "stop": info.stop_reason,
+        "steps": len(view.steps()), "evaluations": len(evals), "passed": sum(e.passed for e in evals.values()),
+        "timed": sum(e.timing is not None for e in evals.values()),
+        "seed_ms": seed_t.median_ms if seed_t else None, "best_ms": med,
+        "eager_ms": best_t.eager_ms if best_t else None, "compile_ms": best_t.compile_ms if best_t else None,
+        "floor_ms": best_t.floor_ms if best_t else None,
+        "fraction_of_floor": best_t.fraction_of_floor if best_t else None,
+        "noise_band": best_t.noise_band if best_t else None,
+        "speedup_vs_seed": seed_t.median_ms / med if med and seed_t else None,
+        "speedup_vs_eager": best_t.speedup_vs_eager if best_t else None,
+        "speedup_vs_compile": best_t.speedup_vs_compile if best_t else None,
+        "best_kernel": str(best.path) if best else None, "wall_s": wall,
     }
 
 

@@ -12,7 +12,6 @@ the scripted model answers instantly, so its time is counted as overhead (an upp
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sqlite3
 import sys
@@ -20,19 +19,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from rich.console import Console
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "agents"))
 
 from scripted import Scripted, call  # noqa: E402
 
-from kernelwright.agents import llm  # noqa: E402
-from kernelwright.optimize import run_optimize  # noqa: E402
-from kernelwright.runstore import RunStore  # noqa: E402
+from kernelwright import api  # noqa: E402
 
-PROBLEM = ROOT / "tests" / "gpu" / "add_problem.py"
+PROBLEM = ROOT / "tests" / "graphs" / "add_problem.py"
 SEED = ROOT / "tests" / "graphs" / "add_seed.py"
 
 
@@ -56,19 +51,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     args = ap.parse_args()
-    llm.register("scripted:bench", Scripted(script=script(args.steps)))
     # On the CPU nothing is timed, so no child is ever admitted and the plateau rule would stop the run
     # after 20 steps; this measurement needs all of them.
-    from kernelwright.agents import roles
-
-    roles.stop_reason = lambda *a, **k: None
+    config = api.RunConfig(model="scripted:bench", iterations=args.steps, branches=1, device="cpu", trials=1,
+                           plateau_steps=10 ** 9, roofline_target=None)
     run_dir = Path(tempfile.mkdtemp(prefix="kw-loop-"))
     t0 = time.time()
-    summary = run_optimize(problem=PROBLEM, seed_kernel=SEED, model="scripted:bench", base_url=None, role_models=[],
-                           iterations=args.steps, time_budget=None, branches=1, device="cpu", precision=None,
-                           trials=1, run_dir=run_dir, resume=None, console=Console(file=io.StringIO()))
+    with api.start_run(PROBLEM, seed_kernel=SEED, config=config, runs_dir=run_dir,
+                       models={"scripted:bench": Scripted(script=script(args.steps))}) as handle:
+        info = handle.run_to_end()
     wall = time.time() - t0
-    run = RunStore(run_dir).open(summary.run_id)
+    run = handle.run
     trace = run.trace()
     evals = [json.loads(p.read_text()) for p in (run.path / "evals").glob("*.json")]
     eval_s = sum(e.get("phases", {}).get("total_s", 0.0) for e in evals)
@@ -83,7 +76,7 @@ def main() -> None:
     last_ckpt = last.execute("select length(checkpoint) from checkpoints order by rowid desc limit 1").fetchone()[0]
     last.close()
     out = {
-        "steps": steps, "status": summary.status, "stop": summary.stop_reason, "wall_s": wall,
+        "steps": steps, "status": info.status, "stop": info.stop_reason, "wall_s": wall,
         "evaluations": len(evals), "evaluation_s": eval_s,
         "overhead_per_step_ms": (wall - eval_s) / steps * 1e3,
         "sqlite_bytes": db.stat().st_size, "sqlite_bytes_per_step": db.stat().st_size / steps,

@@ -86,13 +86,13 @@ class Problem:
         try:
             value = fn()
         except Exception as e:
-            raise ProblemError(f"{self.path}: {name}() raised {type(e).__name__}: {_one_line(e)}") from e
+            raise ProblemError(f"{self.path}: {name}() raised {type(e).__name__}: {one_line(e)}") from e
         if not isinstance(value, (list, tuple)):
             raise ProblemError(f"{self.path}: {name}() must return a list, not {type(value).__name__}")
         return value
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return (text[0] if text else "")[:300]
 
@@ -106,7 +106,7 @@ def load_problem(path: str | Path, precision: str | None = None) -> Problem:
     try:
         source = p.read_text()
     except (OSError, UnicodeDecodeError) as e:
-        raise ProblemError(f"{shown}: cannot be read ({_one_line(e)})") from e
+        raise ProblemError(f"{shown}: cannot be read ({one_line(e)})") from e
     return problem_from_source(source, shown, precision)
 
 
@@ -121,7 +121,7 @@ def problem_from_source(source: str, path: str, precision: str | None = None) ->
     try:
         exec(code, module.__dict__)  # noqa: S102 - the problem is the user's own trusted code
     except Exception as e:
-        raise ProblemError(f"{path} could not be imported: {type(e).__name__}: {_one_line(e)}") from e
+        raise ProblemError(f"{path} could not be imported: {type(e).__name__}: {one_line(e)}") from e
 
     model = getattr(module, "Model", None)
     if not (isinstance(model, type) and issubclass(model, nn.Module)):

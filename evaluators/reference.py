@@ -22,7 +22,7 @@ from torch import nn
 
 from .compare import compare
 from .inputs import FAMILIES, TEST_FAMILY, derive_seed, rerandomize_parameters, seeded_call, transform
-from .problem import Precision, Problem, ProblemError, _one_line
+from .problem import Precision, Problem, ProblemError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class ReferenceSession:
         except ProblemError:
             raise
         except Exception as e:
-            raise ProblemError(f"{problem.path}: Model(*get_init_inputs()) raised {type(e).__name__}: {_one_line(e)}") from e
+            raise ProblemError(f"{problem.path}: Model(*get_init_inputs()) raised {type(e).__name__}: {one_line(e)}") from e
         cast = self.precision.cast_dtype
         model = model.to(device=device, dtype=cast) if cast else model.to(device)
         self.kept_buffers = rerandomize_parameters(model, derive_seed(self.seed, "params"))
@@ -157,7 +157,7 @@ class ReferenceSession:
             try:
                 self._gold_model = copy.deepcopy(self.native).double()
             except Exception as e:  # a model that cannot be copied or cast: fall back to the native result
-                self._gold_failed = f"the model has no float64 version ({type(e).__name__}: {_one_line(e)})"
+                self._gold_failed = f"the model has no float64 version ({type(e).__name__}: {one_line(e)})"
                 self.use_native_gold(self._gold_failed)
                 return None
         return self._gold_model
@@ -249,7 +249,7 @@ class ReferenceSession:
                 if _is_oom(e):
                     raise
                 log.info("float64 reference failed for %s (%s); using the native result", self.problem.path, e)
-                self.use_native_gold(f"the float64 reference failed ({type(e).__name__}: {_one_line(e)})")
+                self.use_native_gold(f"the float64 reference failed ({type(e).__name__}: {one_line(e)})")
         return self._run(self.native, inputs, self.precision.allows_tf32)
 
     def _make_trial(self, family: str, index: int, inputs: list[Any]) -> tuple[Trial, float] | None:
@@ -263,7 +263,7 @@ class ReferenceSession:
                 if _is_oom(e):
                     raise
                 log.info("float64 reference failed for %s (%s); using the native result", self.problem.path, e)
-                self.use_native_gold(f"the float64 reference failed ({type(e).__name__}: {_one_line(e)})")
+                self.use_native_gold(f"the float64 reference failed ({type(e).__name__}: {one_line(e)})")
                 gold = []
         try:
             t0 = time.perf_counter()
@@ -273,7 +273,7 @@ class ReferenceSession:
             if _is_oom(e):
                 raise
             if family == "base":
-                raise ProblemError(f"{self.problem.path}: Model.forward raised {type(e).__name__}: {_one_line(e)}") from e
+                raise ProblemError(f"{self.problem.path}: Model.forward raised {type(e).__name__}: {one_line(e)}") from e
             return None
         for i, o in enumerate(native):
             if not isinstance(o, torch.Tensor):

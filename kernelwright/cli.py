@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -231,7 +230,7 @@ def optimize_cmd(
 @app.command("runs")
 def runs_cmd(run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs")) -> None:
     """List runs: id, problem, status, steps, best speedup."""
-    from kernelwright.runstore import RunStore
+    from kernelwright.tools.runstore import RunStore
 
     table = Table(box=None, header_style="bold")
     for col in ("id", "problem", "status", "steps", "best speedup"):
@@ -250,32 +249,31 @@ def trace_cmd(
     run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
 ) -> None:
     """Print a run's step records: diagnosis, proposal, diff, verdict, archive decision."""
-    from kernelwright.runstore import RunError, RunStore
+    from kernelwright import api
 
     try:
-        records = RunStore(run_dir).open(run_id).trace()
-    except RunError as e:
+        records = api.open_run(run_id, run_dir).steps()
+    except api.UsageError as e:
         raise _fail(str(e), as_json) from None
-    records = [r for r in records if step is None or r.get("step") == step]
-    for r in records:
+    except ValueError as e:  # pydantic: a record this version cannot read
+        raise _fail(f"run {run_id}: its trace does not match the step-record schema ({str(e).splitlines()[0]})",
+                    as_json) from None
+    for r in (r for r in records if step is None or r.step == step):
         if as_json:
-            sys.stdout.write(json.dumps(r, default=str) + "\n")
+            sys.stdout.write(r.model_dump_json() + "\n")
             continue
-        d = r.get("decision") or {}
-        p = r.get("proposal") or {}
-        diag = r.get("diagnosis") or {}
-        out.print(f"[bold]step {r.get('step')}[/] ({r.get('step_id')}) parent {r.get('parent')} -> child {r.get('child')}")
-        out.print(f"  diagnosis: {diag.get('bottleneck')}: {diag.get('summary', '')}", markup=False)
-        if diag.get("evidence"):
-            out.print(f"  evidence: {'; '.join(diag['evidence'])}", markup=False)
-        out.print(f"  proposal: {p.get('what', '-')} (predicted {p.get('predicted_speedup', '-')}x): {p.get('why', '')}",
+        out.print(f"[bold]step {r.step}[/] ({r.step_id}) parent {r.parent} -> child {r.child}")
+        if r.diagnosis:
+            out.print(f"  diagnosis: {r.diagnosis.bottleneck}: {r.diagnosis.summary}", markup=False)
+            if r.diagnosis.evidence:
+                out.print(f"  evidence: {'; '.join(r.diagnosis.evidence)}", markup=False)
+        p = r.proposal
+        out.print(f"  proposal: {p.what} (predicted {p.predicted_speedup}x): {p.why}" if p else "  proposal: -",
                   markup=False)
-        res = r.get("result") or {}
-        out.print(f"  verifier: {r.get('verdict')} {res.get('reason', '')}", markup=False)
-        out.print(f"  archive: {d.get('decision')}: {d.get('why', '')}", markup=False)
-        diff = (r.get("coder") or {}).get("diff")
-        if diff:
-            out.print(diff.rstrip(), markup=False, highlight=False)
+        out.print(f"  verifier: {r.verdict} {r.result.reason if r.result else ''}", markup=False)
+        out.print(f"  archive: {r.decision.decision}: {r.decision.why}", markup=False)
+        if r.coder.diff:
+            out.print(r.coder.diff.rstrip(), markup=False, highlight=False)
 
 
 def _fail(message: str, as_json: bool, reason: str = "usage_error") -> typer.Exit:

@@ -1,17 +1,16 @@
-"""`kernelwright optimize`: set up or resume a run, drive the graph with SQLite checkpoints, show progress.
+"""`kernelwright optimize`: the command's flags turned into a run, driven through `kernelwright.api`.
 
-CLI layer: validates everything the user gave (one sentence per problem, no traceback), creates the run
-directory, compiles the graph with a checkpointer in it, streams updates into a live view, and turns the
-first Ctrl-C into "finish the generation in flight, checkpoint, stop".
+CLI layer: parses what the user gave (one sentence per problem, no traceback), starts or resumes the run
+through the API (which checks the config, creates the run directory and checkpoints in it), shows a live
+view, and turns the first Ctrl-C into "finish the generation in flight, checkpoint, stop".
 """
 
 from __future__ import annotations
 
 import re
 import signal
-import sqlite3
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from kernelwright import api
+from kernelwright.api import UsageError
 
-class UsageError(Exception):
-    """Bad input: the message is one sentence."""
+__all__ = ["Summary", "UsageError", "parse_duration", "parse_prices", "parse_role_models", "run_optimize"]
 
 
 @dataclass
@@ -75,131 +75,55 @@ def parse_prices(items: list[str]) -> dict[str, list[float]]:
     return out
 
 
-def check_budgets(token_budget: int | None, cost_budget: float | None, model: str, per_role: dict[str, str],
-                  prices: dict[str, list[float]]) -> None:
-    specs = sorted({s for s in [model, *per_role.values()] if s != "builtin"})
-    if (token_budget is not None or cost_budget is not None) and not specs:
-        raise UsageError("--token-budget and --cost-budget limit model calls: the builtin policy makes none")
-    if cost_budget is not None:
-        unpriced = [s for s in specs if s not in prices]
-        if unpriced:
-            raise UsageError(f"--cost-budget needs the price of {unpriced[0]}: give --price {unpriced[0]}=IN/OUT "
-                             "(USD per million input/output tokens)")
-
-
-def check_models(model: str, per_role: dict[str, str], base_url: str | None) -> None:
-    """Every model named must be well formed and constructible (provider package installed, key present)."""
-    from kernelwright.agents.llm import ProviderError, chat_model, valid_spec
-
-    if model != "builtin" and not valid_spec(model):
-        raise UsageError(f"--model {model!r}: use builtin or provider:model, e.g. openai:gpt-4.1")
-    specs = {s for s in [model, *per_role.values()] if s != "builtin"}
-    if base_url and not specs:
-        raise UsageError("--base-url needs a model: give one with --model provider:model")
-    if base_url and not re.match(r"^https?://", base_url):
-        raise UsageError(f"--base-url {base_url!r}: give an http:// or https:// URL")
-    for spec in sorted(specs):
-        try:
-            chat_model(spec, base_url)
-        except ProviderError as e:
-            raise UsageError(str(e)) from None
-
-
 def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, base_url: str | None,
                  role_models: list[str], iterations: int, time_budget: str | None, branches: int, device: str | None,
                  precision: str | None, trials: int, run_dir: Path, resume: str | None,
                  console: Console, token_budget: int | None = None, cost_budget: float | None = None,
-                 prices: list[str] | None = None) -> Summary:
-    from langgraph.checkpoint.sqlite import SqliteSaver
+                 prices: list[str] | None = None, models: dict[str, Any] | None = None) -> Summary:
+    """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
+    view, and the first Ctrl-C asks it to stop after the generation in flight."""
+    from kernelwright.agents.context import RunConfig
 
-    from kernelwright.agents import roles
-    from kernelwright.evaluators import DeviceError, ProblemError, load_problem, resolve_device
-    from kernelwright.graphs.optimize import builder, initial_state
-    from kernelwright.graphs.state import Context
-    from kernelwright.runstore import RunError, RunStore
-    from kernelwright.tools.evaluation import close_all
-
-    store = RunStore(run_dir)
-    per_role = parse_role_models(role_models)
-    price_table = parse_prices(prices or [])
-    if not resume:
-        check_models(model, per_role, base_url)
-        check_budgets(token_budget, cost_budget, model, per_role, price_table)
     if resume:
-        try:
-            run = store.open(resume)
-        except RunError as e:
-            raise UsageError(str(e)) from None
-        ctx = Context(**run.info().config["context"])
-        check_models(ctx.model, ctx.role_models, ctx.base_url)
-        state: Any = None
+        handle = api.resume_run(resume, runs_dir=run_dir, models=models)
     else:
         if problem is None:
             raise UsageError("give a problem file (or --resume RUN_ID)")
-        if seed_kernel is None and per_role.get("coder", model) == "builtin":
-            raise UsageError("the builtin policy improves an existing kernel: give one with --seed-kernel FILE")
         if seed_kernel is not None and not seed_kernel.is_file():
             raise UsageError(f"{seed_kernel}: no such seed kernel file")
-        try:
-            prob = load_problem(problem, precision)
-            devs = [resolve_device(d.strip()) for d in device.split(",")] if device else [resolve_device(None)]
-        except (ProblemError, DeviceError) as e:
-            raise UsageError(str(e)) from None
-        if len({d.type for d in devs}) > 1:
-            raise UsageError(f"--device {device}: list GPUs only (cuda:0,cuda:1) or cpu, not a mix")
-        dev = ",".join(dict.fromkeys(str(d) for d in devs))
-        budget = parse_duration(time_budget) if time_budget else None
-        ctx = Context(device=str(dev), precision=precision, branches=branches, iterations=iterations,
-                      time_budget_s=budget, trials=trials, model=model, base_url=base_url, role_models=per_role,
-                      token_budget=token_budget, cost_budget_usd=cost_budget, prices=price_table)
-        run = store.create(str(problem), prob.source, {})
-        # without a seed kernel, the coder's model writes the first generation from the reference
-        h = run.put_kernel(seed_kernel.read_text()) if seed_kernel else None
-        run.update(config={"seed_kernel": h, "seed_path": str(seed_kernel) if seed_kernel else None,
-                           "context": asdict(ctx)})
-        state = initial_state(str(run.path))
-
-    from kernelwright.agents import llm
-
-    llm.PRICES.update({k: (v[0], v[1]) for k, v in (ctx.prices or {}).items()})
-    conn = sqlite3.connect(str(run.checkpoint_path), check_same_thread=False)
-    graph = builder().compile(checkpointer=SqliteSaver(conn))
-    config = {"configurable": {"thread_id": run.id}, "recursion_limit": 10_000}
-    if state is None and not graph.get_state(config).values:
-        state = initial_state(str(run.path))  # killed before its first checkpoint: start it over
-    roles.reset_stop()
+        config = RunConfig(device=device or "", precision=precision, branches=branches, iterations=iterations,
+                           time_budget_s=parse_duration(time_budget) if time_budget else None, trials=trials,
+                           model=model, base_url=base_url, role_models=parse_role_models(role_models),
+                           token_budget=token_budget, cost_budget_usd=cost_budget, prices=parse_prices(prices or []))
+        handle = api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir, models=models)
     previous = signal.getsignal(signal.SIGINT)
 
     def on_sigint(signum: int, frame: Any) -> None:
         console.print("[yellow]stopping after the generation in flight (Ctrl-C again to abort)…[/]")
-        roles.request_stop()
+        handle.request_stop()
         signal.signal(signal.SIGINT, previous if callable(previous) else signal.default_int_handler)
 
     signal.signal(signal.SIGINT, on_sigint)
+    last: list[str | None] = [None]
     try:
-        with Live(_view(run.info(), None), console=console, refresh_per_second=4, transient=False) as live:
-            for update in graph.stream(state, config, context=ctx, stream_mode="updates"):
-                last = _last_verdict(update)
-                live.update(_view(run.info(), last))
+        with Live(get_renderable=lambda: _view(handle.info(), last[0]), console=console, refresh_per_second=4,
+                  transient=False):
+            for step in handle.steps():
+                last[0] = _describe(step)
         console.print()
     except KeyboardInterrupt:
-        run.update(status="interrupted", stop_reason="aborted by a second Ctrl-C; resume with --resume")
+        handle.run.update(status="interrupted", stop_reason="aborted by a second Ctrl-C; resume with --resume")
     finally:
         signal.signal(signal.SIGINT, previous)
-        close_all()
-        conn.close()
-    info = run.info()
-    best = str(run.kernel_path(info.best_kernel)) if info.best_kernel else None
+        handle.close()
+    info = handle.info()
+    best = str(handle.run.kernel_path(info.best_kernel)) if info.best_kernel else None
     return Summary(info.id, info.status, info.stop_reason, best, info.best_speedup)
 
 
-def _last_verdict(update: dict[str, Any]) -> str | None:
-    for node, value in update.items():
-        if node == "branch" and isinstance(value, dict):
-            for r in value.get("results") or []:
-                p = (r.get("proposal") or {}).get("what", "no proposal")
-                return f"{r['step_id']}: {p} -> {r.get('verdict')} {(r.get('result') or {}).get('reason', '')}"
-    return None
+def _describe(step: api.StepRecord) -> str:
+    what = step.proposal.what if step.proposal else "no proposal"
+    return f"{step.step_id}: {what} -> {step.verdict} {step.result.reason if step.result else ''}"
 
 
 def _elapsed_s(created: str) -> float | None:

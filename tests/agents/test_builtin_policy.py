@@ -9,9 +9,18 @@ import pytest
 
 from kernelwright.agents.builtin import diagnose, move_for, move_kind, propose
 from kernelwright.agents.moves import Move, apply, catalog, knobs
+from kernelwright.evaluators import Timing
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = (ROOT / "examples" / "softmax" / "seed.py").read_text()
+
+
+def _t(**fields: object) -> Timing:
+    """A timing summary with plausible values where the test does not care."""
+    base = dict(median_ms=1.0, p25_ms=1.0, p75_ms=1.0, min_ms=1.0, max_ms=1.0, reps=30, wall_median_ms=1.0,
+                noise_band=0.01, eager_ms=1.0, speedup_vs_eager=1.0, vs_eager="no change", best_baseline_ms=1.0,
+                best_baseline="eager")
+    return Timing.model_validate({**base, **fields})
 
 
 def test_knobs_are_the_module_level_integer_constants() -> None:
@@ -42,7 +51,7 @@ def test_apply_rewrites_exactly_one_line() -> None:
 
 
 def test_spills_come_first() -> None:
-    d = diagnose({"fraction_of_floor": 0.9, "bound": "memory"},
+    d = diagnose(_t(**{"fraction_of_floor": 0.9, "bound": "memory"}),
                  [{"name": "k", "launches": 3, "compiled": {"spills": 12}}])
     assert d.bottleneck == "spills" and "12 register spills" in d.evidence[0]
 
@@ -58,7 +67,7 @@ def test_without_timing_the_diagnosis_is_unknown() -> None:
     ({"memory_sol_pct": 35, "compute_sol_pct": 20, "achieved_occupancy_pct": 50}, "latency"),
 ])
 def test_ncu_metrics_decide_the_bottleneck(metrics: dict, expected: str) -> None:
-    timing = {"fraction_of_floor": 0.5, "bound": "memory", "median_ms": 0.1, "floor_ms": 0.05}
+    timing = _t(fraction_of_floor=0.5, bound="memory", median_ms=0.1, floor_ms=0.05)
     d = diagnose(timing, [{"name": "k"}], [{"metrics": metrics}])
     assert d.bottleneck == expected
     assert d.headroom == pytest.approx(0.5)
@@ -66,8 +75,8 @@ def test_ncu_metrics_decide_the_bottleneck(metrics: dict, expected: str) -> None
 
 
 def test_small_kernels_far_from_the_floor_are_latency_bound() -> None:
-    assert diagnose({"fraction_of_floor": 0.1, "bound": "memory", "median_ms": 0.013}, []).bottleneck == "latency"
-    assert diagnose({"fraction_of_floor": 0.6, "bound": "memory", "median_ms": 0.5}, []).bottleneck == "memory"
+    assert diagnose(_t(**{"fraction_of_floor": 0.1, "bound": "memory", "median_ms": 0.013}), []).bottleneck == "latency"
+    assert diagnose(_t(**{"fraction_of_floor": 0.6, "bound": "memory", "median_ms": 0.5}), []).bottleneck == "memory"
 
 
 def test_proposals_follow_the_diagnosis_and_skip_failed_moves() -> None:

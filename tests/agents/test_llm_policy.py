@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from kernelwright import prompts
 from kernelwright.agents import llm
 from kernelwright.agents.schemas import Diagnosis, Proposal
+from kernelwright.tools.coding import Workspace, coder_tools
 
 sys.path.insert(0, str(Path(__file__).parent))
 from scripted import DIAGNOSIS, PROPOSAL, Scripted, call, malformed  # noqa: E402
@@ -43,10 +44,9 @@ def test_analyse_sends_an_invalid_answer_back_and_keeps_reasoning() -> None:
     assert any(t.get("reasoning") for t in transcript)
 
 
-def test_strategise_survives_a_malformed_tool_call_and_costs_are_priced(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(llm.PRICES, "x", (1.0, 10.0))
+def test_strategise_survives_a_malformed_tool_call_and_costs_are_priced() -> None:
     m = Scripted(script=[malformed("Proposal", "{\"category\": tiling"), call("Proposal", PROPOSAL, 1)])
-    usage = llm.Usage(model="scripted:x")
+    usage = llm.Models(prices={"x": [1.0, 10.0]}).usage("scripted:x")  # priced by its bare model name
     p = llm.strategise(m, problem="p", parent=SEED, evaluation="e", diagnosis=Diagnosis(**DIAGNOSIS), history="",
                        failed=[], usage=usage)
     assert isinstance(p, Proposal) and p.key == "BLOCK=512"
@@ -139,14 +139,23 @@ def test_model_specs() -> None:
     assert llm.valid_spec("openai:gpt-4.1") and llm.valid_spec("ollama:qwen2.5-coder:7b")
     assert not llm.valid_spec("gpt-4.1") and not llm.valid_spec("builtin")
     m = Scripted()
-    llm.register("scripted:unit", m)
-    assert llm.chat_model("scripted:unit") is m
-    c = llm.chat_model("openai:some-model", "http://127.0.0.1:1/v1")
+    mine = llm.Models(given={"scripted:unit": m})
+    assert mine.chat_model("scripted:unit") is m
+    with pytest.raises(ValueError, match="provider:model"):
+        llm.Models().chat_model("scripted-unit")  # another run's given models are not this one's
+    served = llm.Models(base_url="http://127.0.0.1:1/v1")
+    c = served.chat_model("openai:some-model")
     assert c.model_name == "some-model" and c.max_retries == 0
+    assert served.chat_model("openai:some-model") is c  # one client per model for the run
+
+
+def test_prices_belong_to_their_run() -> None:
+    a, b = llm.Models(prices={"p:m": [1.0, 2.0]}), llm.Models()
+    assert a.usage("p:m").price == (1.0, 2.0) and b.usage("p:m").price is None
 
 
 def test_the_coder_tools_schemas() -> None:
-    tools = llm.coder_tools(llm._Workspace("x = 1\n"), lambda s: (True, "ok"))
+    tools = coder_tools(Workspace("x = 1\n"), lambda s: (True, "ok"))
     schemas = {t.name: sorted(t.args) for t in tools}
     assert schemas == {"view_kernel": ["end", "start"], "search_replace": ["new", "old"], "write_kernel": ["source"],
                        "quick_check": [], "finish": []}

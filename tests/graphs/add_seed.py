@@ -1,4 +1,4 @@
-"""A seed with tuning knobs for the add problem (tests/gpu/add_problem.py)."""
+"""A seed with tuning knobs for the add problem (tests/graphs/add_problem.py)."""
 import torch
 import torch.nn as nn
 import triton

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.runstore import RunStore
+from kernelwright.tools.runstore import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBLEM = ROOT / "tests" / "gpu" / "add_problem.py"
+PROBLEM = ROOT / "tests" / "graphs" / "add_problem.py"
 SEED = ROOT / "tests" / "graphs" / "add_seed.py"
 
 
@@ -109,13 +109,12 @@ def test_sigkill_mid_step_then_resume_loses_and_repeats_nothing(tmp_path: Path) 
 
 
 def test_branches_spread_over_the_listed_devices() -> None:
-    from kernelwright.agents.roles import device_for
-    from kernelwright.graphs.state import Context
+    from kernelwright.agents.context import RunConfig
 
-    two = Context(device="cuda:0,cuda:1")
-    assert [device_for(two, b) for b in range(4)] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
-    assert device_for(two) == "cuda:0"  # the seed
-    assert device_for(Context(device="cpu"), 3) == "cpu"
+    two = RunConfig(device="cuda:0,cuda:1")
+    assert [two.device_for(b) for b in range(4)] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert two.device_for() == "cuda:0"  # the seed
+    assert RunConfig(device="cpu").device_for(3) == "cpu"
 
 
 def test_a_device_list_mixing_kinds_is_a_usage_error(tmp_path: Path) -> None:

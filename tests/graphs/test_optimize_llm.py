@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kernelwright.agents import llm
 from kernelwright.optimize import UsageError, run_optimize
-from kernelwright.runstore import RunStore
+from kernelwright.tools.runstore import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBLEM = ROOT / "tests" / "gpu" / "add_problem.py"
+PROBLEM = ROOT / "tests" / "graphs" / "add_problem.py"
 SEED = ROOT / "tests" / "graphs" / "add_seed.py"
 sys.path.insert(0, str(ROOT / "tests" / "agents"))
 from scripted import DIAGNOSIS, PROPOSAL, Scripted, call, malformed  # noqa: E402
@@ -48,8 +47,8 @@ def test_a_scripted_model_drives_the_real_graph(tmp_path: Path) -> None:
         call("quick_check", {}, 5),
         call("finish", {}, 6),
     ])
-    llm.register("scripted:graph", m)
-    summary = optimize(tmp_path, "scripted:graph")
+    models = {"scripted:graph": m}
+    summary = optimize(tmp_path, "scripted:graph", models=models)
     assert summary.status == "finished" and not m.script
     run = RunStore(tmp_path).open(summary.run_id)
     (rec,) = run.trace()
@@ -76,14 +75,14 @@ def _step_script(n: int) -> list:
 @pytest.mark.timeout(300)
 def test_token_and_cost_budgets_stop_the_run(tmp_path: Path) -> None:
     # one step = 5 calls x 110 tokens = 550 tokens; a 1000-token budget is reached after the second step
-    llm.register("scripted:tokens", Scripted(script=_step_script(4)))
-    summary = optimize(tmp_path / "t", "scripted:tokens", iterations=4, token_budget=1000)
+    models = {"scripted:tokens": Scripted(script=_step_script(4))}
+    summary = optimize(tmp_path / "t", "scripted:tokens", models=models, iterations=4, token_budget=1000)
     assert summary.stop_reason == "token budget reached (1100 of 1000 tokens)"
     info = RunStore(tmp_path / "t").open(summary.run_id).info()
     assert info.steps == 2 and info.tokens == 1100
     # at $1000 / $10000 per million input / output tokens a step costs 5 x (0.1 + 0.1) = $1.00
-    llm.register("scripted:cost", Scripted(script=_step_script(4)))
-    summary = optimize(tmp_path / "c", "scripted:cost", iterations=4, cost_budget=1.5,
+    models = {"scripted:cost": Scripted(script=_step_script(4))}
+    summary = optimize(tmp_path / "c", "scripted:cost", models=models, iterations=4, cost_budget=1.5,
                        prices=["scripted:cost=1000/10000"])
     assert summary.stop_reason == "cost budget reached ($2.0000 of $1.5000)"
     assert RunStore(tmp_path / "c").open(summary.run_id).info().cost_usd == pytest.approx(2.0)
@@ -95,15 +94,15 @@ def test_token_and_cost_budgets_stop_the_run(tmp_path: Path) -> None:
     (dict(model="builtin", token_budget=10), "builtin policy makes none"),
 ])
 def test_bad_budget_flags_are_one_sentence(tmp_path: Path, kw: dict[str, Any], words: str) -> None:
-    llm.register("scripted:graph", Scripted())
+    models = {"scripted:graph": Scripted()}
     with pytest.raises(UsageError, match=words):
-        optimize(tmp_path, **kw)
+        optimize(tmp_path, models=models, **kw)
 
 
 def test_role_models_mix_builtin_and_model(tmp_path: Path) -> None:
     m = Scripted(script=[call("Diagnosis", DIAGNOSIS, 0)])
-    llm.register("scripted:analyst-only", m)
-    summary = optimize(tmp_path, "builtin", role_models=["analyst=scripted:analyst-only"])
+    models = {"scripted:analyst-only": m}
+    summary = optimize(tmp_path, "builtin", models=models, role_models=["analyst=scripted:analyst-only"])
     (rec,) = RunStore(tmp_path).open(summary.run_id).trace()
     assert set(rec["llm"]) == {"analyst"} and rec["coder"]["policy"] == "builtin" and rec["verdict"] == "pass"
 
@@ -112,8 +111,8 @@ def test_a_provider_that_fails_for_good_stops_the_run_with_one_sentence(tmp_path
     class Denied(Exception):
         status_code = 401
 
-    llm.register("scripted:denied", Scripted(script=[Denied("invalid API key"), Denied("invalid API key")]))
-    summary = optimize(tmp_path, "scripted:denied")
+    models = {"scripted:denied": Scripted(script=[Denied("invalid API key"), Denied("invalid API key")])}
+    summary = optimize(tmp_path, "scripted:denied", models=models)
     assert summary.status == "finished"
     assert summary.stop_reason == "the model provider failed (HTTP 401): invalid API key"
     (rec,) = RunStore(tmp_path).open(summary.run_id).trace()
@@ -129,9 +128,9 @@ def test_a_provider_that_fails_for_good_stops_the_run_with_one_sentence(tmp_path
     (dict(model="scripted:graph", role_models=["coder=builtin"], seed_kernel=None), "--seed-kernel"),
 ])
 def test_bad_model_flags_are_one_sentence(tmp_path: Path, kw: dict[str, Any], words: str) -> None:
-    llm.register("scripted:graph", Scripted())
+    models = {"scripted:graph": Scripted()}
     with pytest.raises(UsageError, match=words):
-        optimize(tmp_path, **kw)
+        optimize(tmp_path, models=models, **kw)
 
 
 @pytest.mark.timeout(300)
@@ -150,8 +149,8 @@ def test_without_a_seed_the_model_writes_the_first_generation(tmp_path: Path) ->
         call("search_replace", {"old": "NUM_WARPS = 4", "new": "NUM_WARPS = 8"}, 8),
         call("finish", {}, 9),
     ])
-    llm.register("scripted:writer", m)
-    summary = optimize(tmp_path, "scripted:writer", seed_kernel=None, branches=2)
+    models = {"scripted:writer": m}
+    summary = optimize(tmp_path, "scripted:writer", models=models, seed_kernel=None, branches=2)
     assert summary.status == "finished" and not m.script, summary
     run = RunStore(tmp_path).open(summary.run_id)
     attempts = run.info().config["seed_attempts"]

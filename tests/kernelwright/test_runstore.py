@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.runstore import RunError, RunStore
+from kernelwright.tools.runstore import RunError, RunStore
 
 
 def test_trace_is_read_incrementally_and_from_other_handles(tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ class Run:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._trace = _TraceCache()  # what of trace.jsonl this object has parsed (see `trace`)
         (path / "kernels").mkdir(parents=True, exist_ok=True)
         (path / "evals").mkdir(exist_ok=True)
 
@@ -156,10 +157,10 @@ class Run:
 
     def trace(self) -> list[dict[str, Any]]:
         """Every complete step record, in order. Read incrementally: a long run's trace is parsed once, then
-        only what was appended since (cached per run directory for the life of the process)."""
+        only what was appended since (kept by this object: keep one `Run` for the life of a run)."""
         path = self.path / "trace.jsonl"
-        with _TRACE_LOCK:
-            cache = _TRACES.setdefault(str(path), _TraceCache())
+        cache = self._trace
+        with cache.lock:
             try:
                 size = path.stat().st_size
             except OSError:
@@ -204,12 +205,9 @@ class Run:
 
 class _TraceCache:
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.offset = 0
         self.records: list[dict[str, Any]] = []
-
-
-_TRACES: dict[str, _TraceCache] = {}
-_TRACE_LOCK = threading.Lock()
 
 
 class RunStore:

@@ -1,0 +1,102 @@
+"""What a run is (`RunConfig`: plain, saved in run.json) and what it holds while it runs (`RunContext`:
+its run directory, evaluators, model clients and prices, and its stop request).
+
+A `RunContext` is never checkpointed: the graph receives it as its run-time context, and a resumed run
+builds a new one from the saved `RunConfig`. Nothing about a run lives in module globals, so two runs in
+one process (a notebook, a server, a test) never share evaluators, prices or a stop request.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from kernelwright.tools.evaluation import Evaluations
+from kernelwright.tools.runstore import Run
+
+from .llm import Models
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """How a run is configured (the flags of `kernelwright optimize`); saved in run.json, read on resume."""
+
+    device: str = "cpu"
+    """a device, or a list of GPUs (cuda:0,cuda:1) over which the branches of a generation are spread"""
+    precision: str | None = None
+    branches: int = 2
+    iterations: int = 8
+    """candidate children to evaluate in all"""
+    time_budget_s: float | None = None
+    token_budget: int | None = None
+    """stop once the run's model calls have used this many tokens (checked after each generation)"""
+    cost_budget_usd: float | None = None
+    """stop once the run's model calls have cost this much, at `prices` (checked after each generation)"""
+    prices: dict[str, list[float]] = field(default_factory=dict)
+    """model spec -> [USD per million input tokens, per million output tokens]"""
+    plateau_steps: int = 20
+    roofline_target: float | None = 0.9
+    trials: int = 5
+    model: str = "builtin"
+    """builtin (no model) or provider:model, the default for every role"""
+    base_url: str | None = None
+    """an OpenAI-compatible server (vLLM, SGLang, Ollama) serving the models"""
+    role_models: dict[str, str] = field(default_factory=dict)
+    """per-role models (analyst, strategist, coder) overriding `model`"""
+    seed: int = 0
+    explore: float = 0.25
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """From run.json; keys this version does not know are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def model_for(self, role: str) -> str:
+        """The model spec a role uses ("builtin" for none)."""
+        return (self.role_models or {}).get(role) or self.model
+
+    def uses_model(self, role: str) -> bool:
+        return self.model_for(role) != "builtin"
+
+    def device_for(self, branch: int = 0) -> str:
+        """The device a branch's candidates are judged on: a list of GPUs is used round robin; the seed and
+        the first branch use the first."""
+        devices = [d for d in self.device.split(",") if d]
+        return devices[branch % len(devices)]
+
+
+class RunContext:
+    """One run's live resources. Build it with `open()`; `close()` stops its workers."""
+
+    def __init__(self, config: RunConfig, run: Run, evaluations: Evaluations, models: Models) -> None:
+        self.config = config
+        self.run = run
+        self.evaluations = evaluations
+        self.models = models
+        self._stop = threading.Event()
+
+    @classmethod
+    def open(cls, config: RunConfig, run: Run, models: dict[str, BaseChatModel] | None = None,
+             spares: int = 1) -> RunContext:
+        """The resources for `run` under `config`. `models` gives ready chat models by spec (tests and
+        applications that build their own clients); the others are built from their specs when first used."""
+        return cls(config, run, Evaluations(run, config.precision, config.trials, spares),
+                   Models(config.base_url, config.prices, models))
+
+    def request_stop(self) -> None:
+        """Ask the run to stop once the generation in flight is finished and checkpointed."""
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def close(self) -> None:
+        self.evaluations.close()
