@@ -21,7 +21,7 @@ import math
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Entry(BaseModel):
@@ -47,33 +47,52 @@ class Entry(BaseModel):
 class Outcome(BaseModel):
     """What the verifier measured for a child, reduced to what the archive decides on."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     child_id: str
+    """the child kernel's hash"""
     verdict: Literal["pass", "fail", "error"]
     """error: the evaluator could not judge the child (not the child's failure)"""
     reason: str
+    """the verifier's reason code"""
     median_ms: float | None = None
+    """the child's median device time (None: untimed, e.g. on the CPU)"""
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     fraction_of_floor: float | None = None
+    """roofline floor / median (1.0 = at the floor)"""
     noise_band: float = 0.0
+    """the measurement's A/A noise band: a gain inside it is no gain"""
     suspect: list[str] = Field(default_factory=list)
-    kernels: list[dict] = Field(default_factory=list, description="launched kernels with their compiled resources")
+    """the timing's suspect flags (a suspect child is never admitted)"""
+    kernels: list[dict] = Field(default_factory=list)
+    """launched kernels with their compiled resources"""
     bound: str | None = None
+    """memory or compute, by the roofline"""
 
 
 class Step(BaseModel):
     """The step tuple: parent, change, child, measured delta, and what the archive decided."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     step: int
-    step_id: str | None = Field(default=None, description="the graph's id for the step (g<generation>b<branch>)")
+    """position in the archive's step list"""
+    step_id: str | None = None
+    """the graph's id for the step (g<generation>b<branch>)"""
     parent_id: str
     proposal_key: str
+    """the proposal's key ("none" when there was no proposal)"""
     child_id: str | None
     verdict: str
+    """the verifier's verdict on the child"""
     reason: str
-    delta: float | None = Field(default=None, description="child score / parent score - 1")
+    delta: float | None = None
+    """child score / parent score - 1"""
     decision: Literal["elite", "niche", "rejected"]
+    """elite: among the best; niche: kept for diversity; rejected: not admitted"""
     why: str
+    """the decision in one sentence"""
 
 
 class Archive(BaseModel):

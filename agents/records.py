@@ -22,16 +22,18 @@ SCHEMA_VERSION = 1
 class RoleUsage(BaseModel):
     """One role's model calls within a step."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     model: str
     """the provider:model spec the role used"""
     calls: int = 0
+    """model calls made"""
     retries: int = 0
     """transient provider failures retried"""
     input_tokens: int = 0
     output_tokens: int = 0
     tokens: int = 0
+    """input + output tokens"""
     cost_usd: float = 0.0
     """at the run's prices (0 when no price was given)"""
     reasoning: list[str] = Field(default_factory=list)
@@ -47,42 +49,53 @@ class RoleUsage(BaseModel):
 class CoderRecord(BaseModel):
     """What the coder did."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     policy: str | None = None
     """builtin or the model spec"""
     diff: str | None = None
     """unified diff parent -> child"""
     error: str | None = None
+    """why no child was made, in one sentence"""
     note: str | None = None
+    """why the coder had nothing to do"""
 
 
 class StepResult(BaseModel):
     """The verifier's verdict on the child, in short (the whole result is in evals/<child>.json)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     verdict: Literal["pass", "fail", "error"]
     reason: str
+    """the machine-readable reason code (ok, wrong_output, timeout, ...)"""
     detail: str = ""
+    """one bounded sentence or paragraph"""
     max_rel_error: float | None = None
+    """worst error relative to |ref| + rms(ref) over the trials"""
     timing: Timing | None = None
+    """the GPU timing summary (None on the CPU or when rejected)"""
     timing_unavailable: str | None = None
+    """why there is no timing"""
     kernel_coverage: float | None = None
+    """share of the forward's time spent in the candidate's own kernels"""
 
 
 class StepRecord(BaseModel):
     """One step of a run, as written to trace.jsonl."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     schema_version: int = SCHEMA_VERSION
+    """the version of this schema the record was written with"""
     step: int
     """position in the run's step list (0-based, in admission order)"""
     step_id: str
     """g<generation>b<branch>: stable across a resume"""
     generation: int
+    """the generation the step belongs to (1 = the first after the seed)"""
     branch: int
+    """the branch within its generation"""
     parent: str
     """the parent kernel's hash (kernels/<hash>.py)"""
     diagnosis: Diagnosis | None = None
@@ -90,6 +103,7 @@ class StepRecord(BaseModel):
     proposal: Proposal | None = None
     """the strategist's one change (None: nothing left to propose, or its model failed)"""
     coder: CoderRecord = Field(default_factory=CoderRecord)
+    """what the coder did"""
     child: str | None = None
     """the child kernel's hash (None: no child was made)"""
     llm: dict[str, RoleUsage] = Field(default_factory=dict)
@@ -97,9 +111,11 @@ class StepRecord(BaseModel):
     verdict: Literal["pass", "fail", "error"] | None = None
     """the verifier's verdict on the child; error: the evaluator failed, not the child"""
     result: StepResult | None = None
+    """the verifier's verdict in short (None: no child was made)"""
     verify_s: float | None = None
     """wall seconds of the verification"""
     evaluator_failure: bool = False
+    """the evaluator could not judge the child (verdict error): not held against the change"""
     outcome: Outcome | None = None
     """what the archive decided on"""
     decision: Step
@@ -107,12 +123,63 @@ class StepRecord(BaseModel):
     tokens: int = 0
     """model tokens of the step, all roles"""
     cost_usd: float = 0.0
+    """model cost of the step in USD, at the run's prices"""
     policy: str
     """the run's default model (builtin for none)"""
     role_models: dict[str, str] = Field(default_factory=dict)
+    """per-role models overriding `policy`"""
     time: str
     """when the step was recorded (local time, ISO 8601)"""
 
-    @classmethod
-    def read(cls, data: dict[str, Any]) -> StepRecord:
-        return cls.model_validate(data)
+
+
+def schema_markdown() -> str:
+    """docs/trace.md: the step record, field by field (from the models' own field docs)."""
+    from pydantic import BaseModel as _Base
+
+    out = ["# The step record (`trace.jsonl`)", "",
+           "One JSON object per line of `runs/<id>/trace.jsonl`, one per step, as `kernelwright trace --json` prints",
+           f"them. Schema version {SCHEMA_VERSION}; the JSON schema is `kernelwright trace --schema`. This file is",
+           "generated from `kernelwright.agents.records` (a test keeps it in step).", ""]
+    seen: list[type[_Base]] = []
+    todo: list[type[_Base]] = [StepRecord]
+    while todo:
+        model = todo.pop(0)
+        if model in seen:
+            continue
+        seen.append(model)
+        out += [f"## {model.__name__}", "", (model.__doc__ or "").strip().splitlines()[0], "",
+                "| field | type | meaning |", "| --- | --- | --- |"]
+        for name, f in model.model_fields.items():
+            ann = f.annotation
+            shown = _type_name(ann)
+            for sub in _models_in(ann):
+                if sub not in seen and sub not in todo:
+                    todo.append(sub)
+            desc = (f.description or "").replace("\n", " ").replace("|", "\\|")
+            out.append(f"| `{name}` | `{shown}` | {desc} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _type_name(ann: Any) -> str:
+    from typing import Literal, Union, get_args, get_origin
+
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is Literal:
+        return " \\| ".join(repr(a) for a in args)
+    if origin is Union or type(ann).__name__ == "UnionType":
+        return " \\| ".join(_type_name(a) for a in args)
+    if origin in (list, dict, tuple):
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
+    if ann is type(None):
+        return "null"
+    return getattr(ann, "__name__", str(ann))
+
+
+def _models_in(ann: Any) -> list[type[BaseModel]]:
+    from typing import get_args
+
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    return [m for a in get_args(ann) for m in _models_in(a)]

@@ -25,9 +25,9 @@ class Diagnosis(BaseModel):
 class Proposal(BaseModel):
     """Exactly one targeted change, with the effect it is predicted to have."""
 
-    category: Category
+    category: Category = Field(description="the kind of change")
     what: str = Field(description="the change, concretely (e.g. 'BLOCK_N 1024 -> 2048')")
     why: str = Field(description="how it addresses the diagnosis")
     predicted_speedup: float = Field(description="predicted child time / parent time as a speedup, e.g. 1.15")
-    risk: Literal["low", "medium", "high"] = "low"
+    risk: Literal["low", "medium", "high"] = Field(default="low", description="how likely the change breaks correctness")
     key: str = Field(description="a stable identifier of the change, used to never repeat a failed one")

@@ -96,12 +96,14 @@ class Timing(BaseModel):
     Fields that depend on something unavailable (torch.compile, the roofline) are None, and a
     `*_unavailable` field says why."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     median_ms: float
     """the candidate's median device time per forward"""
     p25_ms: float
+    """25th percentile of the repetitions"""
     p75_ms: float
+    """75th percentile of the repetitions"""
     min_ms: float
     max_ms: float
     reps: int
@@ -113,6 +115,7 @@ class Timing(BaseModel):
     eager_ms: float
     """the reference module run eagerly, mean of its two medians"""
     speedup_vs_eager: float
+    """eager_ms / median_ms"""
     vs_eager: Literal["faster", "slower", "no change"]
     """the speedup judged against the noise band"""
     compile_mode: str | None = None
@@ -120,9 +123,13 @@ class Timing(BaseModel):
     compile_modes: dict[str, float | str] | None = None
     """every compile mode measured: its median in ms, or why it failed"""
     compile_ms: float | None = None
+    """the fastest torch.compile mode's median"""
     speedup_vs_compile: float | None = None
+    """compile_ms / median_ms"""
     vs_compile: Literal["faster", "slower", "no change"] | None = None
+    """the speedup over torch.compile judged against the noise band"""
     compile_unavailable: str | None = None
+    """why there is no compiled baseline"""
     clocks: dict[str, Any] = Field(default_factory=dict)
     """GPU clocks and throttle reasons read before and after the measurement"""
     floor_ms: float | None = None
@@ -132,11 +139,15 @@ class Timing(BaseModel):
     fraction_of_floor: float | None = None
     """floor_ms / median_ms (1.0 = at the floor)"""
     flops: float | None = None
+    """floating-point operations of one forward, counted on the reference"""
     bytes: float | None = None
+    """the least bytes one forward must move (inputs, parameters, outputs)"""
     floor_unavailable: str | None = None
+    """why there is no roofline floor"""
     best_baseline_ms: float
     """the faster of eager and torch.compile"""
     best_baseline: Literal["eager", "torch.compile"]
+    """which baseline was faster"""
     flush_spin_ms: dict[str, float] | None = None
     """medians of the fixed flush+spin, candidate and baseline (a shared GPU shows here)"""
     suspect: list[str] = Field(default_factory=list)

@@ -243,14 +243,20 @@ def runs_cmd(run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of 
 
 @app.command("trace")
 def trace_cmd(
-    run_id: Annotated[str, typer.Argument(help="the run's id (see kernelwright runs)")],
+    run_id: Annotated[Optional[str], typer.Argument(help="the run's id (see kernelwright runs)")] = None,
     step: Annotated[Optional[int], typer.Option(help="only this step")] = None,
+    schema: Annotated[bool, typer.Option("--schema", help="print the step record's JSON schema (docs/trace.md)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line, one line per step")] = False,
     run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
 ) -> None:
     """Print a run's step records: diagnosis, proposal, diff, verdict, archive decision."""
     from kernelwright import api
 
+    if schema:
+        sys.stdout.write(json.dumps(api.StepRecord.model_json_schema(), indent=1) + "\n")
+        return
+    if run_id is None:
+        raise _fail("give a run id (see kernelwright runs), or --schema", as_json)
     try:
         records = api.open_run(run_id, run_dir).steps()
     except api.UsageError as e:

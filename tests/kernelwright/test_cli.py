@@ -342,3 +342,41 @@ def test_profile_usage_errors(tmp_path: Path, cache: Path) -> None:
     assert r.returncode == 2 and one_error_line(r) == f"{tmp_path / 'nope.py'}: no such candidate file"
     j = kw("profile", ADD_PROBLEM, ADD_HONEST, "--precision", "fp64", "--json", cache=cache)
     assert j.returncode == 2 and "--precision" in one_json_object(j)["detail"]
+
+
+# -- trace ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_trace_json_validates_against_the_step_record_schema(tmp_path: Path, cache: Path) -> None:
+    from kernelwright import api
+    from kernelwright.agents.records import StepRecord, schema_markdown
+
+    seed = REPO / "tests" / "graphs" / "add_seed.py"
+    cfg = api.RunConfig(device="cpu", trials=1, branches=2, iterations=2)
+    with api.start_run(REPO / "tests" / "graphs" / "add_problem.py", seed_kernel=seed, config=cfg,
+                       runs_dir=tmp_path / "runs") as handle:
+        info = handle.run_to_end()
+    r = kw("trace", info.id, "--json", "--run-dir", tmp_path / "runs", cache=cache)
+    assert r.returncode == 0, r.stderr
+    records = [StepRecord.model_validate_json(line) for line in r.stdout.splitlines()]
+    assert [s.step_id for s in records] == ["g1b0", "g1b1"] and all(s.schema_version == 1 for s in records)
+    import jsonschema  # noqa: PLC0415 - the published schema, not only the model, must accept the output
+
+    r = kw("trace", "--schema", cache=cache)
+    schema = json.loads(r.stdout)
+    for line in kw("trace", info.id, "--json", "--run-dir", tmp_path / "runs", cache=cache).stdout.splitlines():
+        jsonschema.validate(json.loads(line), schema)
+    r = kw("trace", info.id, "--run-dir", tmp_path / "runs", cache=cache)
+    assert r.returncode == 0 and "step 0 (g1b0)" in r.stdout and "archive:" in r.stdout
+    # docs/trace.md is the schema, field by field, generated from the same models
+    assert (REPO / "docs" / "trace.md").read_text() == schema_markdown(), \
+        "docs/trace.md is stale: regenerate it with python -c 'from kernelwright.agents.records import " \
+        "schema_markdown; print(schema_markdown(), end=\"\")' > docs/trace.md"
+
+
+def test_trace_of_a_missing_run_is_one_sentence(tmp_path: Path, cache: Path) -> None:
+    r = kw("trace", "no-such-run", "--run-dir", tmp_path, cache=cache)
+    assert r.returncode == 2 and "no run" in one_error_line(r)
+    r = kw("trace", "--run-dir", tmp_path, cache=cache)
+    assert r.returncode == 2 and "--schema" in one_error_line(r)
