@@ -78,7 +78,7 @@ def seed(state: State, ctx: RunContext) -> State:
     if (state.get("archive") or {}).get("version") is not None:
         return {}
     run, cfg = ctx.run, ctx.config
-    h = run.info().config.get("seed_kernel")
+    h = run.info().config.seed_kernel
     if h is None:
         h, provider_down = _write_seed(ctx)
         if h is None:
@@ -130,8 +130,8 @@ def _write_seed(ctx: RunContext) -> tuple[str | None, str | None]:
         if kind == "provider":
             provider_down = error
             break
-    config = run.info().config
-    run.update(config={**config, "seed_kernel": best[1] if best else None, "seed_written_by": spec,
+    setup = run.info().config
+    run.update(config={**setup.model_dump(), "seed_kernel": best[1] if best else None, "seed_written_by": spec,
                        "seed_attempts": attempts})
     return (best[1] if best else None), provider_down
 
@@ -316,9 +316,9 @@ def spent_so_far(ctx: RunContext) -> dict[str, Any]:
     for r in ctx.run.trace():
         tokens += int(r.get("tokens") or 0)
         cost += float(r.get("cost_usd") or 0.0)
-    for a in ctx.run.info().config.get("seed_attempts", []):
-        tokens += int(a.get("tokens") or 0)
-        cost += float(a.get("cost_usd") or 0.0)
+    for a in ctx.run.info().config.seed_attempts:
+        tokens += a.tokens
+        cost += a.cost_usd
     return {"tokens": tokens, "cost_usd": round(cost, 6)}
 
 

@@ -36,7 +36,7 @@ def one(name: str, iterations: int, branches: int, run_dir: Path, device: str) -
     wall = time.time() - t0
     view = api.open_run(info.id, run_dir)
     evals = {p.stem: EvalResult.model_validate_json(p.read_text()) for p in (view.run.path / "evals").glob("*.json")}
-    seed = evals.get(info.config.get("seed_kernel") or "")
+    seed = evals.get(info.config.seed_kernel or "")
     best = view.best()
     seed_t = seed.timing if seed else None
     best_t = best.result.timing if best and best.result else None

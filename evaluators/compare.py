@@ -7,6 +7,8 @@ where the reference is finite fails, and where the reference is non-finite the c
 
 from __future__ import annotations
 
+import threading
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +29,7 @@ POISON_BITS: dict[torch.dtype, int] = {
     torch.int8: -0x5B,
     torch.uint8: 0xA5,
 }
-_INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
 
 def poison_mask(t: torch.Tensor) -> torch.Tensor | None:
@@ -35,7 +37,7 @@ def poison_mask(t: torch.Tensor) -> torch.Tensor | None:
     bits = POISON_BITS.get(t.dtype)
     if bits is None:
         return None
-    view = t.contiguous().view(_INT_VIEW[t.dtype]) if t.dtype in _INT_VIEW else t
+    view = t.contiguous().view(INT_VIEW[t.dtype]) if t.dtype in INT_VIEW else t
     return view == bits
 
 
@@ -130,13 +132,205 @@ def _int_compare(out: torch.Tensor, ref: torch.Tensor, label: str, shape: tuple[
                       f"got {o[first].item()}, expected {r[first].item()}", 1.0, 1.0)
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, tol: float, label: str = "output") -> Comparison:
+_FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_FUSED_BLOCK = 4096
+"""Elements per program of the fused kernels: 4096 float64 values over 8 warps is 16 per thread, so a
+1.6e9-element output is 390k programs, each writing one entry of each partial buffer."""
+_FUSED_WARPS = 8
+_KERNELS: dict[str, object] = {}
+_KERNELS_LOCK = threading.Lock()
+_FUSED_BROKEN: list[str] = []  # set once if the automatic choice hit an error: the torch path from then on
+
+
+def _kernels() -> dict[str, object]:
+    """The two fused Triton kernels, compiled on first use (importing this module never imports triton).
+
+    They are pure functions of their arguments (no run state), so one module-level cache is enough.
+    `triton` and `tl` are bound as module globals, not closure variables: every Triton version resolves a
+    kernel's names through the function's `__globals__`, while closure capture is recent.
+
+    Finiteness is `tl.abs(x) < float("inf")` on the float64 value: an ordered comparison (`cmpf olt`), false
+    for NaN and for +-inf, true otherwise. Triton emits float ops without fast-math flags (only FMA
+    contraction), so neither the interpreter nor compiled code may fold it away; the conversion of an fp16,
+    bf16 or fp32 NaN or infinity to float64 keeps it non-finite."""
+    if _KERNELS:
+        return _KERNELS
+    with _KERNELS_LOCK:
+        if _KERNELS:
+            return _KERNELS
+        global triton, tl
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _compare_pass1(o_ptr, r_ptr, n, sumsq_ptr, finite_ptr, odd_ptr, BLOCK: tl.constexpr):
+            # Per program: sum of squares of the finite reference values, how many are finite, and how many
+            # values of ref or out are not (an element non-finite in both counts twice, as in the torch path).
+            pid = tl.program_id(0)
+            offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            valid = offs < n
+            r = tl.load(r_ptr + offs, mask=valid, other=0.0).to(tl.float64)
+            o = tl.load(o_ptr + offs, mask=valid, other=0.0).to(tl.float64)
+            rfin = tl.abs(r) < float("inf")
+            ofin = tl.abs(o) < float("inf")
+            rz = tl.where(rfin, r, 0.0)
+            tl.store(sumsq_ptr + pid, tl.sum(rz * rz, axis=0))
+            tl.store(finite_ptr + pid, tl.sum(tl.where(valid & rfin, 1, 0), axis=0).to(tl.int64))
+            # Masked lanes load 0.0, which is finite: they add nothing to the non-finite count.
+            odd = tl.where(rfin, 0, 1) + tl.where(ofin, 0, 1)
+            tl.store(odd_ptr + pid, tl.sum(odd, axis=0).to(tl.int64))
+
+        @triton.jit
+        def _compare_pass2(o_ptr, r_ptr, n, par_ptr, max_ptr, dsq_ptr, BLOCK: tl.constexpr):
+            # Per program: the largest |o - r| / max(|r| + rms, tiny) and the sum of (o - r)^2 over the
+            # reference's finite values. par = [rms, tiny, nan] in float64 (a Python float argument would
+            # be passed as fp32: tiny would flush to zero and rms lose digits).
+            pid = tl.program_id(0)
+            offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            valid = offs < n
+            rms = tl.load(par_ptr)
+            tiny = tl.load(par_ptr + 1)
+            nan = tl.load(par_ptr + 2)
+            r = tl.load(r_ptr + offs, mask=valid, other=0.0).to(tl.float64)
+            o = tl.load(o_ptr + offs, mask=valid, other=0.0).to(tl.float64)
+            rfin = tl.abs(r) < float("inf")
+            rz = tl.where(rfin, r, 0.0)
+            diff = tl.abs(tl.where(rfin, o - rz, 0.0))
+            tl.store(dsq_ptr + pid, tl.sum(diff * diff, axis=0))
+            err = diff / tl.maximum(tl.abs(rz) + rms, tiny)
+            # torch's max propagates NaN (inf / inf once float64 overflows); Triton's max reduction need
+            # not, so NaNs are counted apart and the program's maximum becomes NaN, as torch would give.
+            isnan = err != err
+            worst = tl.max(tl.where(isnan, 0.0, err), axis=0)
+            nans = tl.sum(tl.where(isnan, 1, 0), axis=0)
+            tl.store(max_ptr + pid, tl.where(nans > 0, nan, worst))
+
+        _KERNELS["pass2"] = _compare_pass2
+        _KERNELS["pass1"] = _compare_pass1
+    return _KERNELS
+
+
+def _fused_ok(o: torch.Tensor, r: torch.Tensor, need_cuda: bool = True) -> bool:
+    """Can the flat views `o`, `r` go through the fused kernels: (CUDA unless `need_cuda` is False) same
+    device, same length, not empty, contiguous, and float dtypes Triton loads (fp16, bf16, fp32, fp64)?"""
+    if need_cuda and r.device.type != "cuda":
+        return False
+    return (o.device == r.device and o.dim() == 1 and r.dim() == 1 and o.numel() == r.numel() > 0
+            and o.is_contiguous() and r.is_contiguous()
+            and o.dtype in _FUSED_DTYPES and r.dtype in _FUSED_DTYPES)
+
+
+def _mode(o: torch.Tensor, r: torch.Tensor, fused: bool | None) -> str:
+    """"torch", "fused" (forced: errors propagate) or "auto" (fused, falling back to torch on an error)."""
+    if fused is False:
+        return "torch"
+    if fused:
+        if not _fused_ok(o, r, need_cuda=False):
+            raise ValueError(f"compare(fused=True): tensors the fused kernels cannot take ({o.dtype} "
+                             f"{tuple(o.shape)} contiguous={o.is_contiguous()} on {o.device}, {r.dtype} "
+                             f"{tuple(r.shape)} contiguous={r.is_contiguous()} on {r.device})")
+        return "fused"
+    if _FUSED_BROKEN or not _fused_ok(o, r):
+        return "torch"
+    try:
+        _kernels()
+    except ImportError:
+        _FUSED_BROKEN.append("triton is not importable")
+        return "torch"
+    return "auto"
+
+
+def _launch(name: str, o: torch.Tensor, r: torch.Tensor, *args: torch.Tensor) -> None:
+    kernel = _kernels()[name]
+    grid = (_programs(r),)
+    if r.device.type == "cuda":
+        with torch.cuda.device(r.device):  # Triton launches on the current device
+            kernel[grid](o, r, r.numel(), *args, BLOCK=_FUSED_BLOCK, num_warps=_FUSED_WARPS)
+    else:  # the interpreter (TRITON_INTERPRET=1), for tests on the CPU
+        kernel[grid](o, r, r.numel(), *args, BLOCK=_FUSED_BLOCK, num_warps=_FUSED_WARPS)
+
+
+def _programs(r: torch.Tensor) -> int:
+    return -(-r.numel() // _FUSED_BLOCK)
+
+
+def _fused_pass1(o: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g, dev = _programs(r), r.device
+    sumsq = torch.empty(g, dtype=torch.float64, device=dev)
+    finite = torch.empty(g, dtype=torch.int64, device=dev)
+    odd = torch.empty(g, dtype=torch.int64, device=dev)
+    _launch("pass1", o, r, sumsq, finite, odd)
+    return sumsq.sum(), finite.sum(), odd.sum()
+
+
+def _fused_pass2(o: torch.Tensor, r: torch.Tensor, rms: float, tiny: float) -> tuple[torch.Tensor, torch.Tensor]:
+    g, dev = _programs(r), r.device
+    par = torch.tensor([rms, tiny, float("nan")], dtype=torch.float64, device=dev)
+    worst = torch.empty(g, dtype=torch.float64, device=dev)
+    dsq = torch.empty(g, dtype=torch.float64, device=dev)
+    _launch("pass2", o, r, par, worst, dsq)
+    return worst.max(), dsq.sum()
+
+
+def _torch_pass1(o: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sum of squares and count of the reference's finite values; count of non-finite values in ref or out."""
+    f64, dev = torch.float64, r.device
+    sumsq = torch.zeros((), dtype=f64, device=dev)
+    finite = torch.zeros((), dtype=torch.int64, device=dev)
+    odd = torch.zeros((), dtype=torch.int64, device=dev)
+    for i in _chunks(r.numel()):
+        rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK]
+        rfin = torch.isfinite(rc)
+        finite += rfin.sum()
+        sumsq += torch.where(rfin, rc, 0.0).square().sum()
+        odd += (~rfin).sum() + (~torch.isfinite(oc)).sum()
+    return sumsq, finite, odd
+
+
+def _torch_pass2(o: torch.Tensor, r: torch.Tensor, rms: float, tiny: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Largest error relative to |ref| + rms, and the sum of squared differences, over the finite references."""
+    f64, dev = torch.float64, r.device
+    max_rel = torch.zeros((), dtype=f64, device=dev)
+    diff_sq = torch.zeros((), dtype=f64, device=dev)
+    for i in _chunks(r.numel()):
+        rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK].to(f64)
+        rfin = torch.isfinite(rc)
+        rz = torch.where(rfin, rc, 0.0)
+        diff = torch.where(rfin, oc - rz, 0.0).abs_()
+        diff_sq += diff.square().sum()
+        err = diff.div_(rz.abs_().add_(rms).clamp_min_(tiny))
+        if err.numel():
+            max_rel = torch.maximum(max_rel, err.max())
+    return max_rel, diff_sq
+
+
+def _pass(name: str, mode: str, o: torch.Tensor, r: torch.Tensor, *args: float) -> tuple:
+    if mode == "fused":
+        return (_fused_pass1 if name == "pass1" else _fused_pass2)(o, r, *args)
+    if mode == "auto" and not _FUSED_BROKEN:
+        try:
+            return (_fused_pass1 if name == "pass1" else _fused_pass2)(o, r, *args)
+        except Exception as e:  # noqa: BLE001 - a kernel that fails to build must not fail every evaluation
+            _FUSED_BROKEN.append(f"{type(e).__name__}: {e}")
+            warnings.warn(f"compare: the fused Triton kernels failed ({type(e).__name__}: {e}); using the torch "
+                          "path from now on", RuntimeWarning, stacklevel=3)
+    return (_torch_pass1 if name == "pass1" else _torch_pass2)(o, r, *args)
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tol: float, label: str = "output",
+            fused: bool | None = None) -> Comparison:
     """Compare a candidate's values (any device, the problem's dtype) with the reference values.
 
-    Done in slices of `CHUNK` elements, in two passes (the reference's rms first, then the errors), so
-    the memory it needs does not grow with the output. The sums stay on the device until the end of a
+    Done in two passes (the reference's rms first, then the errors), so the memory it needs does not grow
+    with the output. On CUDA each pass is one fused Triton kernel writing one partial result per block of
+    `_FUSED_BLOCK` elements, reduced here with torch; elsewhere (and with `fused=False`) each pass works in
+    slices of `CHUNK` elements with torch ops. Either way the sums stay on the device until the end of a
     pass (one synchronisation a pass, not one a slice); only a failing comparison pays for a third pass
-    that counts and locates the offending elements."""
+    (torch, in slices) that counts and locates the offending elements.
+
+    `fused`: None picks the kernels for CUDA float tensors (the torch path if Triton is missing or fails);
+    True forces them (raises if they cannot take the tensors; on the CPU only under TRITON_INTERPRET=1);
+    False forces the torch path."""
     out = out.to(ref.device)
     shape = tuple(ref.shape)
     n = max(ref.numel(), 1)
@@ -145,17 +339,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: float, label: str = "outp
     o, r = _flat(out), _flat(ref)
     total = r.numel()
     f64 = torch.float64
-    dev = r.device
+    mode = _mode(o, r, fused)
     # Pass 1: the rms of the reference's finite values, and whether anything is non-finite at all.
-    sumsq = torch.zeros((), dtype=f64, device=dev)
-    finite = torch.zeros((), dtype=torch.int64, device=dev)
-    odd = torch.zeros((), dtype=torch.int64, device=dev)
-    for i in _chunks(total):
-        rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK]
-        rfin = torch.isfinite(rc)
-        finite += rfin.sum()
-        sumsq += torch.where(rfin, rc, 0.0).square().sum()
-        odd += (~rfin).sum() + (~torch.isfinite(oc)).sum()
+    sumsq, finite, odd = _pass("pass1", mode, o, r)
     finite_n, sumsq_v, odd_n = int(finite), float(sumsq), int(odd)
     if odd_n:
         verdict = _non_finite(o, r, label, shape, n)
@@ -166,17 +352,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: float, label: str = "outp
     rms = (sumsq_v / finite_n) ** 0.5
     tiny = torch.finfo(f64).tiny
     # Pass 2: per-element errors relative to |ref| + rms, over the reference's finite values.
-    max_rel = torch.zeros((), dtype=f64, device=dev)
-    diff_sq = torch.zeros((), dtype=f64, device=dev)
-    for i in _chunks(total):
-        rc, oc = r[i:i + CHUNK].to(f64), o[i:i + CHUNK].to(f64)
-        rfin = torch.isfinite(rc)
-        rz = torch.where(rfin, rc, 0.0)
-        diff = torch.where(rfin, oc - rz, 0.0).abs_()
-        diff_sq += diff.square().sum()
-        err = diff.div_(rz.abs_().add_(rms).clamp_min_(tiny))
-        if err.numel():
-            max_rel = torch.maximum(max_rel, err.max())
+    max_rel, diff_sq = _pass("pass2", mode, o, r, rms, tiny)
     worst_v, diff_v = float(max_rel), float(diff_sq)
     norm_rel = (diff_v ** 0.5) / (sumsq_v ** 0.5) if sumsq_v > 0 else (0.0 if diff_v == 0 else float("inf"))
     if worst_v <= tol:

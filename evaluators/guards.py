@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .compare import POISON_BITS, _INT_VIEW
+from .compare import POISON_BITS, INT_VIEW
 from .static import ALLOWED_IMPORTS, NAMED_IMPORT_RULES
 
 ALLOC_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
@@ -243,7 +243,7 @@ def _poison(t: torch.Tensor) -> None:
     if bits is None or t.numel() == 0:
         return
     try:
-        view = t.view(_INT_VIEW[t.dtype]) if t.dtype in _INT_VIEW else t
+        view = t.view(INT_VIEW[t.dtype]) if t.dtype in INT_VIEW else t
         view.fill_(bits)
     except RuntimeError:
         pass

@@ -223,9 +223,9 @@ def resume_run(run_id: str, *, runs_dir: str | Path = "runs",
     """The handle of an existing run, to continue it from its last checkpoint with its saved config."""
     try:
         run = RunStore(runs_dir).open(run_id)
-        config = RunConfig.from_dict(run.info().config.get("context") or {})
-    except RunError as e:
-        raise UsageError(str(e)) from None
+        config = RunConfig.from_dict(run.info().config.context)
+    except (RunError, ValueError) as e:  # ValueError: a run.json this version cannot read
+        raise UsageError(str(e).splitlines()[0]) from None
     check_config(config, models)
     return RunHandle(run, config, models, fresh=False)
 

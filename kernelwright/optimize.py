@@ -143,7 +143,7 @@ def _view(info: Any, last: str | None) -> Table:
     t = Table(box=None, show_header=False)
     t.add_row("run", info.id)
     t.add_row("status", info.status)
-    ctx = info.config.get("context", {})
+    ctx = info.config.context
     t.add_row("steps", f"{info.steps} / {ctx.get('iterations', '?')}")
     t.add_row("best", f"{info.best_speedup:.3f}× eager" if info.best_speedup else "seed (untimed on the CPU)"
               if ctx.get("device") == "cpu" else "seed")

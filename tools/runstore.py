@@ -24,14 +24,56 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class RunError(Exception):
     """A run that does not exist or cannot be used; the message is one sentence."""
 
 
+class SeedAttempt(BaseModel):
+    """One kernel the coder's model wrote from the reference, when no seed kernel was given."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    model: str = ""
+    calls: int = 0
+    retries: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    reasoning: list[str] = Field(default_factory=list)
+    transcript: str = ""
+    """the writer's transcript, relative to the run directory"""
+    error: str | None = None
+    error_kind: str | None = None
+    """provider or model, when the model failed"""
+    kernel: str | None = None
+    """the kernel's hash, when one was written"""
+    verdict: str | None = None
+    reason: str | None = None
+
+
+class RunSetup(BaseModel):
+    """What a run was started with (run.json's `config`)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    seed_kernel: str | None = None
+    """the seed kernel's hash (given, or chosen from the writer's attempts)"""
+    seed_path: str | None = None
+    """the file the seed kernel was read from"""
+    seed_written_by: str | None = None
+    """the model that wrote the seed, when none was given"""
+    seed_attempts: list[SeedAttempt] = Field(default_factory=list)
+    context: dict[str, Any] = Field(default_factory=dict)
+    """the run's configuration (`agents.context.RunConfig`), read again on resume"""
+
+
 class RunInfo(BaseModel):
+    """A run's metadata (run.json): what was asked and where it stands."""
+
     id: str
     problem: str
     status: str = "created"
@@ -43,7 +85,7 @@ class RunInfo(BaseModel):
     tokens: int = 0
     """model tokens (input + output) spent so far, all roles and the seed writer"""
     cost_usd: float = 0.0
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: RunSetup = Field(default_factory=RunSetup)
     stop_reason: str | None = None
 
 
@@ -85,7 +127,8 @@ class Run:
 
     def update(self, **fields: Any) -> RunInfo:
         with self._lock:
-            info = self.info().model_copy(update={**fields, "updated": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            info = RunInfo.model_validate({**self.info().model_dump(), **fields,
+                                           "updated": time.strftime("%Y-%m-%dT%H:%M:%S")})
             _atomic_write(self.path / "run.json", info.model_dump_json(indent=1))
             return info
 
@@ -216,13 +259,14 @@ class RunStore:
     def __init__(self, root: str | Path = "runs") -> None:
         self.root = Path(root)
 
-    def create(self, problem_path: str, problem_source: str, config: dict[str, Any]) -> Run:
+    def create(self, problem_path: str, problem_source: str, config: RunSetup | dict[str, Any] | None = None) -> Run:
         self.root.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run = Run(self.root / f"{stamp}-{secrets.token_hex(3)}")
         _atomic_write(run.path / "problem.py", problem_source)
         now = time.strftime("%Y-%m-%dT%H:%M:%S")
-        info = RunInfo(id=run.id, problem=problem_path, created=now, updated=now, config=config)
+        info = RunInfo.model_validate({"id": run.id, "problem": problem_path, "created": now, "updated": now,
+                                       "config": config or {}})
         _atomic_write(run.path / "run.json", info.model_dump_json(indent=1))
         return run
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernelwright.evaluators import Reason
-from kernelwright.evaluators.compare import POISON_BITS, _INT_VIEW, compare, degenerate_outputs, poison_mask
+from kernelwright.evaluators.compare import POISON_BITS, INT_VIEW, compare, degenerate_outputs, poison_mask
 
 TOL = 1e-4
 
@@ -118,7 +118,7 @@ def test_nan_is_not_equated_wholesale() -> None:
 
 def _poisoned(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     t = torch.empty(shape, dtype=dtype)
-    (t.view(_INT_VIEW[dtype]) if dtype in _INT_VIEW else t).fill_(POISON_BITS[dtype])
+    (t.view(INT_VIEW[dtype]) if dtype in INT_VIEW else t).fill_(POISON_BITS[dtype])
     return t
 
 

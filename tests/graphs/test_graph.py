@@ -66,7 +66,7 @@ def test_the_run_context_is_not_in_the_state(tmp_path: Path) -> None:
     run = RunStore(tmp_path).create(str(PROBLEM), PROBLEM.read_text(), {})
     config = RunConfig(device="cpu", prices={"x:y": [1.0, 2.0]}, role_models={"coder": "x:y"})
     run.update(config={"context": config.as_dict()})
-    again = RunConfig.from_dict({**run.info().config["context"], "a_key_from_the_future": 1})
+    again = RunConfig.from_dict({**run.info().config.context, "a_key_from_the_future": 1})
     assert again == config and again.model_for("coder") == "x:y" and again.model_for("analyst") == "builtin"
     a, b = RunContext.open(config, run), RunContext.open(again, run)
     a.request_stop()

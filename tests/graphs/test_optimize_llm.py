@@ -153,11 +153,11 @@ def test_without_a_seed_the_model_writes_the_first_generation(tmp_path: Path) ->
     summary = optimize(tmp_path, "scripted:writer", models=models, seed_kernel=None, branches=2)
     assert summary.status == "finished" and not m.script, summary
     run = RunStore(tmp_path).open(summary.run_id)
-    attempts = run.info().config["seed_attempts"]
+    attempts = [a.model_dump() for a in run.info().config.seed_attempts]
     assert [a["verdict"] for a in attempts] == ["pass", "pass"] and attempts[0]["calls"] == 4
     first = json.loads((run.path / attempts[0]["transcript"]).read_text())
     assert any("wrong_output" in t["content"] for t in first if t["role"] == "tool")
-    assert run.info().config["seed_kernel"] == attempts[0]["kernel"]  # untimed on the CPU: the first that passes
+    assert run.info().config.seed_kernel == attempts[0]["kernel"]  # untimed on the CPU: the first that passes
     (rec,) = run.trace()
     assert rec["parent"] == attempts[0]["kernel"] and "+NUM_WARPS = 8" in rec["coder"]["diff"]
 
