@@ -380,3 +380,48 @@ def test_trace_of_a_missing_run_is_one_sentence(tmp_path: Path, cache: Path) -> 
     assert r.returncode == 2 and "no run" in one_error_line(r)
     r = kw("trace", "--run-dir", tmp_path, cache=cache)
     assert r.returncode == 2 and "--schema" in one_error_line(r)
+
+
+# -- broken problem files ---------------------------------------------------------------------------
+
+sys.path.insert(0, str(REPO / "tests" / "evaluators"))
+from problem_cases import BROKEN, CLI_BROKEN, VALID, assert_one_sentence, write_problem  # noqa: E402
+
+HONEST_RELU_CANDIDATE = REPO / "tests" / "adversarial" / "candidates" / "honest_relu.py"
+
+
+@pytest.mark.parametrize("name", CLI_BROKEN)
+def test_cli_exits_2_with_one_sentence(name: str, tmp_path: Path) -> None:
+    source, says = BROKEN[name]
+    path = write_problem(tmp_path, name, source)
+    r = kw("eval", str(path), str(HONEST_RELU_CANDIDATE), "--device", "cpu", "--trials", "1", cache=tmp_path / "cache")
+    assert r.returncode == 2, f"exit {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}"
+    assert r.stdout == "", "an error goes to stderr"
+    line = r.stderr.strip()
+    assert line.startswith("error: "), r.stderr
+    assert_one_sentence(line.removeprefix("error: "), path, says)
+    assert "second line" not in r.stderr
+
+
+@pytest.mark.parametrize("name", ["syntax_error", "forward_returns_dict", "tolerance_a_string"])
+def test_cli_json_for_a_broken_problem(name: str, tmp_path: Path) -> None:
+    source, says = BROKEN[name]
+    path = write_problem(tmp_path, name, source)
+    r = kw("eval", str(path), str(HONEST_RELU_CANDIDATE), "--device", "cpu", "--trials", "1", "--json", cache=tmp_path / "cache")
+    assert r.returncode == 2, r.stderr
+    obj = json.loads(r.stdout)
+    assert obj["verdict"] == "error" and obj["reason"] == "bad_problem"
+    assert_one_sentence(obj["detail"], path, says)
+    assert "Traceback" not in r.stderr
+
+
+
+
+def test_cli_reports_the_hooks(tmp_path: Path) -> None:
+    path = write_problem(tmp_path, "hooks", VALID + "TOLERANCE = 0.5\n"
+                  "def get_test_inputs():\n    return [[torch.randn(3, 1000)]]\n")
+    r = kw("eval", str(path), str(HONEST_RELU_CANDIDATE), "--device", "cpu", "--trials", "1", "--json", cache=tmp_path / "cache")
+    assert r.returncode == 0, r.stdout + r.stderr
+    obj = json.loads(r.stdout)
+    assert obj["verdict"] == "pass" and obj["tolerance"] == 0.5
+    assert "test_inputs" in obj["families"]
