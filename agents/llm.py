@@ -249,14 +249,11 @@ def structured(model: BaseChatModel, schema: type[BaseModel], prompt: str, usage
     messages: list[BaseMessage] = [HumanMessage(prompt)]
     error = ""
     for _ in range(rounds):
-        ai = invoke_with_retry(bound, messages, usage)
-        messages.append(ai)
-        _log(transcript, ai)
+        ai = _turn(bound, messages, usage, transcript)
         replies: list[BaseMessage] = []
         for bad in ai.invalid_tool_calls or []:
             error = f"your tool call could not be parsed: {bad.get('error') or 'invalid JSON arguments'}"
-            replies.append(ToolMessage(f"error: {error}; call {schema.__name__} again with valid JSON arguments",
-                                       tool_call_id=bad.get("id") or "invalid", status="error"))
+            replies.append(_unparsed(bad, f"error: {error}; call {schema.__name__} again with valid JSON arguments"))
         for call in ai.tool_calls or []:
             if call["name"] != schema.__name__:
                 error = f"unknown tool {call['name']!r}"
@@ -283,6 +280,20 @@ def structured(model: BaseChatModel, schema: type[BaseModel], prompt: str, usage
             _log(transcript, r)
         messages += replies
     raise ModelError(f"the model gave no valid {schema.__name__} in {rounds} tries ({error})")
+
+
+def _turn(bound: Any, messages: list[BaseMessage], usage: Usage,
+          transcript: list[dict[str, Any]] | None) -> AIMessage:
+    """One model call on the conversation so far; its answer is appended and logged."""
+    ai = invoke_with_retry(bound, messages, usage)
+    messages.append(ai)
+    _log(transcript, ai)
+    return ai
+
+
+def _unparsed(bad: Any, text: str) -> ToolMessage:
+    """The reply to a tool call whose arguments could not be parsed."""
+    return ToolMessage(text, tool_call_id=bad.get("id") or "invalid", status="error")
 
 
 def _validation_text(e: ValidationError) -> str:
@@ -368,14 +379,11 @@ def _edit(model: BaseChatModel, start: str, prompt: str, quick_check: QuickCheck
     messages: list[BaseMessage] = [HumanMessage(prompt)]
     transcript: list[dict[str, Any]] = []
     for _ in range(rounds):
-        ai = invoke_with_retry(bound, messages, usage)
-        messages.append(ai)
-        _log(transcript, ai)
+        ai = _turn(bound, messages, usage, transcript)
         replies: list[BaseMessage] = []
         for bad in ai.invalid_tool_calls or []:
-            replies.append(ToolMessage(f"error: the tool call could not be parsed ({bad.get('error') or 'invalid JSON'}"
-                                       "); call the tool again with valid JSON arguments",
-                                       tool_call_id=bad.get("id") or "invalid", status="error"))
+            replies.append(_unparsed(bad, f"error: the tool call could not be parsed ({bad.get('error') or 'invalid JSON'}"
+                                          "); call the tool again with valid JSON arguments"))
         for call in ai.tool_calls or []:
             t = tools.get(call["name"])
             if t is None:
