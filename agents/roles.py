@@ -314,8 +314,9 @@ def spent_so_far(ctx: RunContext) -> dict[str, Any]:
     """Tokens and cost of every model call of the run: the steps in the trace and the seed writer's attempts."""
     tokens, cost = 0, 0.0
     for r in ctx.run.trace():
-        tokens += int(r.get("tokens") or 0)
-        cost += float(r.get("cost_usd") or 0.0)
+        step = StepRecord.model_validate(r)
+        tokens += step.tokens
+        cost += step.cost_usd
     for a in ctx.run.info().config.seed_attempts:
         tokens += a.tokens
         cost += a.cost_usd

@@ -139,21 +139,21 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s % 60:02d}s" if m else f"{s}s"
 
 
-def _view(info: Any, last: str | None) -> Table:
+def _view(info: api.RunInfo, last: str | None) -> Table:
     t = Table(box=None, show_header=False)
     t.add_row("run", info.id)
     t.add_row("status", info.status)
-    ctx = info.config.context
-    t.add_row("steps", f"{info.steps} / {ctx.get('iterations', '?')}")
+    cfg = api.RunConfig.from_dict(info.config.context)
+    t.add_row("steps", f"{info.steps} / {cfg.iterations}")
     t.add_row("best", f"{info.best_speedup:.3f}× eager" if info.best_speedup else "seed (untimed on the CPU)"
-              if ctx.get("device") == "cpu" else "seed")
+              if cfg.device == "cpu" else "seed")
     elapsed = _elapsed_s(info.created)
     if elapsed is not None:
-        limit = ctx.get("time_budget_s")
+        limit = cfg.time_budget_s
         t.add_row("time", _duration(elapsed) + (f" / {_duration(limit)}" if limit else ""))
-    if info.tokens or ctx.get("token_budget") or ctx.get("cost_budget_usd"):
-        budget = f" / {ctx['token_budget']}" if ctx.get("token_budget") else ""
-        cost = f" / ${ctx['cost_budget_usd']:.2f}" if ctx.get("cost_budget_usd") else ""
+    if info.tokens or cfg.token_budget or cfg.cost_budget_usd:
+        budget = f" / {cfg.token_budget}" if cfg.token_budget else ""
+        cost = f" / ${cfg.cost_budget_usd:.2f}" if cfg.cost_budget_usd else ""
         t.add_row("model use", f"{info.tokens}{budget} tokens, ${info.cost_usd:.4f}{cost}")
     if last:
         t.add_row("last step", last)
