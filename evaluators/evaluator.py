@@ -7,6 +7,9 @@ the inputs, judge what comes back (the op record, the Triton launches, the outpu
 aliasing, the inputs as the candidate left them, the values against the gold), free everything, next.
 The first failure decides the verdict. A failure of the judge itself (out of memory, a bug) is a verdict
 of its own, `error`, never an exception the caller has to catch.
+
+This module runs things (workers, the reference, the baselines); what a reply means is decided by the pure
+functions of `judge.py`, and profiles are collected by `profiling.py`.
 """
 
 from __future__ import annotations
@@ -15,11 +18,8 @@ import copy
 import logging
 import os
 import random
-import re
-import shutil
-import tempfile
-import threading
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,23 +28,24 @@ import torch
 
 from . import gpu_monitor, static
 from .baselines import BaselineTimer
-from .compare import bitwise_equal, compare, degenerate_outputs
+from .compare import degenerate_outputs
 from .device import resolve_device
 from .footprint import Footprint, estimate, meta_problem
 from .inputs import FAMILIES
+from .judge import (
+    Reject, compare_all, judge_coverage, judge_inputs, judge_launches, judge_ok, judge_outputs, judge_processes,
+    judge_recheck, judge_record, judge_timing_reply, measure_coverage, samples_from, timing_summary,
+)
 from .locks import LockTimeout, measurement_lock, shared_use
 from .memory import Plan, plan_memory
 from .pool import Limits, Worker, WorkerFault, WorkerPool
 from .problem import Precision, Problem, ProblemError
-from .profiling import (
-    NCU_ALL_METRICS, NcuReport, Profile, breakdown_from_events, ncu_unavailable_reason, parse_ncu_csv, render,
-)
-from .reference import GOLD_NATIVE, ReferenceSession, Trial
+from .profiling import Profile, profile_candidate
+from .reference import GOLD_NATIVE, ReferenceSession
 from .result import Check, EvalResult, KernelLaunch, Reason, Timing, TrialRecord, bound
 from .roofline import count_work, device_peaks, floor_ms
-from .timing import Samples, judge_speedup, noise_band, suspect_flags
-from .transport import SharedTransport, WireTransport, layouts
-from .wire import dtype_name
+from .timing import noise_band
+from .transport import SharedTransport, WireTransport
 
 log = logging.getLogger(__name__)
 
@@ -80,19 +81,6 @@ class EvalPolicy:
 
 class ProblemTooLarge(Exception):
     """The problem cannot be evaluated on this device even one input set at a time."""
-
-
-class _Reject(Exception):
-    def __init__(self, reason: Reason, detail: str, check: str, rule: str | None = None) -> None:
-        super().__init__(detail)
-        self.reason, self.detail, self.check, self.rule = reason, detail, check, rule
-
-
-_KIND_REASON = {
-    "import": Reason.COMPILE_ERROR, "missing_model_new": Reason.MISSING_MODEL_NEW, "init": Reason.INIT_ERROR,
-    "parameters": Reason.PARAMETER_MISMATCH, "exception": Reason.RUNTIME_ERROR, "out_of_memory": Reason.OUT_OF_MEMORY,
-    "cuda_error": Reason.CUDA_ERROR, "protocol": Reason.WORKER_ERROR,
-}
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -384,8 +372,10 @@ class Evaluator:
             result.detail = (f"correct on {len(result.trials)} trials over {len(result.families)} input families; "
                              f"worst error {result.max_rel_error or 0:.3g} (tolerance {result.tolerance or 0:.3g}, "
                              f"gold {result.gold_precision})")
-        except _Reject as r:
+        except Reject as r:
             result.reason, result.detail, result.rule = r.reason, bound(r.detail), r.rule
+            if r.errors is not None:  # a failed comparison: its errors are the result's
+                result.max_rel_error, result.norm_rel_error = r.errors
             checks.append(Check(name=r.check, outcome="fail", detail=bound(r.detail, 600)))
         except WorkerFault as f:
             result.reason, result.detail = f.reason, bound(f.detail)
@@ -427,24 +417,6 @@ class Evaluator:
         result.phases = {k: round(v, 4) for k, v in phases.items()}
         return result
 
-    @staticmethod
-    def _compare_all(outs: list[torch.Tensor], gold: list[torch.Tensor], tol: float, label: str,
-                     result: EvalResult | None = None) -> tuple[float, float]:
-        """Compare every output with its gold; the worst errors, or _Reject. (A function of its own, so no
-        loop variable keeps a gigabyte-sized gold tensor alive into the next trial.)"""
-        worst = norm = 0.0
-        for i, (o, g) in enumerate(zip(outs, gold)):
-            if tuple(o.shape) != tuple(g.shape):
-                raise _Reject(Reason.WRONG_SHAPE, f"{label}, output {i}: shape {tuple(o.shape)}, expected "
-                              f"{tuple(g.shape)}", "correctness")
-            c = compare(o, g, tol, f"{label}, output {i}")
-            if not c.ok:
-                if result is not None:
-                    result.max_rel_error, result.norm_rel_error = c.max_rel, c.norm_rel
-                raise _Reject(c.reason or Reason.WRONG_OUTPUT, c.detail, "correctness")
-            worst, norm = max(worst, c.max_rel), max(norm, c.norm_rel)
-        return worst, norm
-
     def _judge_error(self, result: EvalResult, checks: list[Check], reason: Reason, detail: str) -> None:
         result.verdict, result.reason, result.detail = "error", reason, bound(detail)
         checks.append(Check(name="evaluator", outcome="fail", detail=bound(detail, 600)))
@@ -453,14 +425,14 @@ class Evaluator:
         try:
             violations = static.check_source(source, allow_streams=self.problem.allow_streams)
         except SyntaxError as e:
-            raise _Reject(Reason.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}", "static") from None
+            raise Reject(Reason.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}", "static") from None
         if not self.policy.static_check:
             checks.append(Check(name="static", outcome="skip", detail="disabled by policy"))
             return
         if violations:
             first = violations[0]
             more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-            raise _Reject(Reason.FORBIDDEN_CODE, first.sentence() + more, "static", first.rule)
+            raise Reject(Reason.FORBIDDEN_CODE, first.sentence() + more, "static", first.rule)
         checks.append(Check(name="static", outcome="pass"))
 
     def _limits(self, reps: int = 0) -> dict[str, float]:
@@ -473,11 +445,9 @@ class Evaluator:
         header, _ = worker.request({"op": "load"}, self._load_payload(source), self._limits()["load_s"],
                                    "import and construction", compiles=True)
         phases["load_s"] = time.monotonic() - t0
-        self._judge_record(header, "load")
-        self._judge_processes(worker, "load")
-        if not header.get("ok"):
-            kind = header.get("kind", "exception")
-            raise _Reject(_KIND_REASON.get(kind, Reason.RUNTIME_ERROR), str(header.get("detail", "")), "load")
+        judge_record(header, "load")
+        judge_processes(worker.stray_processes(), "load")
+        judge_ok(header, "load")
         checks.append(Check(name="load", outcome="pass", detail="imported, constructed, parameters loaded"))
 
         result.tolerance, result.gold_precision = ref.base_tolerance, ref.gold_precision
@@ -529,12 +499,9 @@ class Evaluator:
                     phase=f"the forward pass ({label})", compiles=calls == 0, out_bytes=out_bytes)
             call_s += time.monotonic() - t0
             t0 = time.monotonic()
-            self._judge_record(header, label)
-            self._judge_processes(worker, label)
-            if not header.get("ok"):
-                kind = header.get("kind", "exception")
-                raise _Reject(_KIND_REASON.get(kind, Reason.RUNTIME_ERROR), f"{label}: {header.get('detail', '')}",
-                              "forward")
+            judge_record(header, label)
+            judge_processes(worker.stray_processes(), label)
+            judge_ok(header, "forward", label)
             for name, rec in header.get("launches", {}).items():
                 entry = launches.setdefault(name, KernelLaunch(name=name, launches=0))
                 entry.launches += int(rec.get("count", 0))
@@ -549,16 +516,13 @@ class Evaluator:
             calls += 1
             if header.get("kernel_time"):
                 kernel_time = header["kernel_time"]
-            if not header.get("launches"):
-                raise _Reject(Reason.NO_CUSTOM_KERNEL,
-                              f"{label}: ModelNew.forward launched no Triton kernel; the work must be done by the "
-                              "candidate's own @triton.jit kernels", "triton_launch")
-            self._judge_outputs(header, outs, trial, label)
+            judge_launches(header, label)
+            judge_outputs(header, outs, trial.out_meta, self.device, label)
             t1 = time.monotonic()
-            self._judge_inputs(after, tensors, label)
+            judge_inputs(after, tensors, label)
             t2 = time.monotonic()
             with shared_use(self.device):
-                rec_max, rec_norm = self._compare_all(outs, trial.gold, trial.tolerance, label, result)
+                rec_max, rec_norm = compare_all(outs, trial.gold, trial.tolerance, label)
             t3 = time.monotonic()
             sub["inputs"] += t2 - t1
             sub["compare"] += t3 - t2
@@ -608,90 +572,29 @@ class Evaluator:
         checks.append(Check(name="aliasing", outcome="pass", detail="fresh outputs, no aliasing"))
         self._coverage(result, checks, launch_s, forward_s, kernel_time)
         header, changed = transport.recheck(self._limits()["call_s"])
-        self._judge_record(header, "re-read")
-        self._judge_processes(worker, "re-read")
-        if changed:
-            raise _Reject(Reason.OUTPUT_CHANGED, f"an output changed after forward returned ({changed}); "
-                          "results must be complete when forward returns", "recheck")
+        judge_record(header, "re-read")
+        judge_processes(worker.stray_processes(), "re-read")
+        judge_recheck(changed)
         checks.append(Check(name="recheck", outcome="pass", detail="earlier outputs unchanged"))
 
     # -- profiles -------------------------------------------------------------------------------------
 
     def profile(self, source: str, ncu: bool = False, result: EvalResult | None = None) -> Profile:
-        """Evaluate (unless `result` is given), then profile a verified candidate for the analyst."""
+        """Evaluate (unless `result` is given), then profile a verified candidate for the analyst
+        (`profiling.profile_candidate`)."""
         result = result or self.evaluate(source)
-        prof = Profile(verdict=result.verdict, reason=str(result.reason), timing=result.timing,
-                       kernels=[k.model_dump() for k in result.kernels])
-        if not result.passed:
-            prof.breakdown_unavailable = prof.ncu.why = f"the candidate was rejected ({result.reason})"
-            prof.text = f"rejected: {result.reason}: {result.detail}"
-            return prof
-        if self.device.type != "cuda":
-            prof.breakdown_unavailable = "no GPU: kernels ran in Triton's interpreter"
-            prof.ncu = NcuReport(available=False, why="no GPU: kernels ran in Triton's interpreter")
-            prof.text = render(prof)
-            return prof
-        with self._ref_lock:
-            trial_inputs = self.reference.timing_inputs(1)[0]
-        lay = layouts(trial_inputs)
-        worker = self.pool.acquire()
-        try:
-            self._load(worker, source)
-            header, _ = worker.request({"op": "profile", "layouts": lay, "iterations": 3}, {"inputs": trial_inputs},
-                                       self._limits()["first_call_s"], "profiling", compiles=True)
-            if header.get("ok"):
-                prof.breakdown = breakdown_from_events([(str(n), float(us)) for n, us in header.get("events", [])])
-            else:
-                prof.breakdown_unavailable = f"the profiled run failed: {str(header.get('detail', ''))[:300]}"
-        except WorkerFault as f:
-            prof.breakdown_unavailable = f"the profiled run failed: {f.detail}"
-        finally:
-            worker.close()
-            self.pool.fill()
-        prof.ncu = self._ncu(source, trial_inputs, lay, [k.name for k in result.kernels]) if ncu else \
-            NcuReport(available=False, why="not requested (use --ncu)")
-        prof.text = render(prof)
-        return prof
+
+        def draw_inputs() -> list[Any]:
+            with self._ref_lock:
+                return self.reference.timing_inputs(1)[0]
+
+        return profile_candidate(result, device=self.device, pool=self.pool, worker_limits=self.policy.limits,
+                                 phase_limits=self._limits(), load_payload=self._load_payload(source),
+                                 draw_inputs=draw_inputs, ncu=ncu)
 
     def _load_payload(self, source: str) -> dict[str, Any]:
         return {"source": source, "init_args": self.reference.init_inputs, "state": self.reference.state,
                 "cast_dtype": self.precision.cast_dtype, "allow_streams": self.problem.allow_streams}
-
-    def _load(self, worker: Worker, source: str) -> None:
-        header, _ = worker.request({"op": "load"}, self._load_payload(source), self._limits()["load_s"],
-                                   "import and construction", compiles=True)
-        if not header.get("ok"):
-            raise WorkerFault(Reason.RUNTIME_ERROR, str(header.get("detail", "load failed")))
-
-    def _ncu(self, source: str, trial_inputs: list[Any], lay: list[Any], names: list[str]) -> NcuReport:
-        why = ncu_unavailable_reason()
-        if why:
-            return NcuReport(available=False, why=why)
-        log_dir = tempfile.mkdtemp(prefix="kw-ncu-")
-        log_file = os.path.join(log_dir, "ncu.csv")
-        pattern = "regex:^(" + "|".join(re.escape(n) for n in names) + ")" if names else "regex:.*"
-        cmd = [shutil.which("ncu") or "ncu", "--csv", "--page", "raw", "--log-file", log_file, "--target-processes", "all",
-               "--clock-control", "none", "--kernel-name", pattern, "--launch-count", "3",
-               "--metrics", ",".join(NCU_ALL_METRICS)]
-        worker = Worker(str(self.device), self.policy.limits, wrapper=cmd)
-        try:
-            self._load(worker, source)
-            with measurement_lock(self.device):
-                worker.request({"op": "call", "layouts": lay, "reuse": False, "profile": False, "poison": False},
-                               {"inputs": trial_inputs}, self._limits()["first_call_s"] * 3, "the ncu-profiled run",
-                               compiles=True)
-            worker.close()
-            text = open(log_file).read() if os.path.exists(log_file) else ""
-        except WorkerFault as f:
-            worker.close()
-            return NcuReport(available=False, why=f"the ncu-profiled run failed: {f.detail}")
-        finally:
-            shutil.rmtree(log_dir, ignore_errors=True)
-        kernels = parse_ncu_csv(text)
-        if not kernels:
-            tail = " ".join(text.strip().splitlines()[-3:])[:300] if text else worker.log_tail(600).strip()[-300:]
-            return NcuReport(available=False, why=f"ncu returned no metrics (counters not readable?): {tail}")
-        return NcuReport(available=True, kernels=kernels)
 
     # -- timing ---------------------------------------------------------------------------------------
 
@@ -719,18 +622,10 @@ class Evaluator:
             t0 = time.monotonic()
             header, outs = transport.time(inputs, pol.timing_reps, pol.warmup, lim["timing_s"], out_bytes)
             phases["timing_candidate_s"] = time.monotonic() - t0
-            self._judge_record(header, "timing")
-            self._judge_processes(worker, "timing")
-            if not header.get("ok"):
-                kind = header.get("kind", "exception")
-                raise _Reject(_KIND_REASON.get(kind, Reason.RUNTIME_ERROR), f"timing: {header.get('detail', '')}",
-                              "timing")
-            if header.get("bad_outputs"):
-                raise _Reject(Reason.BAD_OUTPUT, "timing: forward returned something other than plain tensors",
-                              "timing")
+            judge_record(header, "timing")
+            judge_processes(worker.stray_processes(), "timing")
+            judge_timing_reply(header, len(inputs), len(outs))
             counts = header.get("counts") or []
-            if len(counts) != len(inputs) or sum(counts) != len(outs):
-                raise _Reject(Reason.WORKER_ERROR, "timing: the worker's outputs do not match the input sets", "timing")
             # The timed outputs are re-checked before the worker goes (its outputs go with it), set by set.
             t0 = time.monotonic()
             pos = 0
@@ -753,11 +648,15 @@ class Evaluator:
             measure_s = time.monotonic() - t_lock
         checks.append(Check(name="timed_outputs", outcome="pass",
                             detail=f"outputs of {len(inputs)} timed input sets re-checked"))
-        cand = Samples(event_ms=[float(x) for x in header["event_ms"]], wall_ms=[float(x) for x in header["wall_ms"]],
-                       outer_ms=[float(x) for x in header.get("outer_ms", [])],
-                       pre_ms=[float(x) for x in header.get("pre_ms", [])])
-        summary = self._timing_summary(cand, eager_a, eager_b, compiled, compile_why, clocks_before, clocks_after,
-                                       inputs[0], checks)
+        cand = samples_from(header)
+        roof, floor_why = None, None
+        try:
+            roof = self._roofline(inputs[0])
+        except Exception as e:  # noqa: BLE001 - the floor is informative; its failure must not fail the verdict
+            floor_why = f"{type(e).__name__}: {e}"[:300]
+        summary, check = timing_summary(cand, eager_a, eager_b, compiled, compile_why, clocks_before,
+                                        clocks_after, roof, floor_why, pol.compile_mode)
+        checks.append(check)
         summary["timing_sets"] = len(inputs)
         summary["measure_s"] = measure_s  # seconds this evaluation held the GPU exclusively
         del inputs
@@ -766,50 +665,9 @@ class Evaluator:
     def _recheck_timed(self, inputs: list[Any], outs: list[torch.Tensor], native: bool, tol: float, k: int) -> None:
         gold = self.reference.gold_for(inputs, native=native)
         try:
-            self._compare_all(outs, gold[:len(outs)], tol, f"timed repetition on input set {k}")
-        except _Reject as r:
-            raise _Reject(r.reason, r.detail, "timing") from None
-
-    def _timing_summary(self, cand: Samples, eager_a: Samples, eager_b: Samples, compiled: dict[str, float] | None,
-                        compile_why: str | None, before: dict[str, Any], after: dict[str, Any], inputs: list[Any],
-                        checks: list[Check]) -> dict[str, Any]:
-        cs = cand.summary()
-        med = cs["median_ms"]
-        eager_ms = (eager_a.summary()["median_ms"] + eager_b.summary()["median_ms"]) / 2
-        band = noise_band(eager_a, eager_b)
-        timing: dict[str, Any] = {
-            "median_ms": med, "p25_ms": cs["p25_ms"], "p75_ms": cs["p75_ms"], "min_ms": cs["min_ms"],
-            "max_ms": cs["max_ms"], "reps": int(cs["reps"]), "wall_median_ms": cs["wall_median_ms"],
-            "noise_band": band, "eager_ms": eager_ms, "speedup_vs_eager": eager_ms / med,
-            "vs_eager": judge_speedup(eager_ms / med, band),
-            "compile_mode": (compiled or {}).get("mode", self.policy.compile_mode),
-            "compile_modes": (compiled or {}).get("modes"),
-            "compile_ms": compiled["median_ms"] if compiled else None,
-            "speedup_vs_compile": compiled["median_ms"] / med if compiled else None,
-            "vs_compile": judge_speedup(compiled["median_ms"] / med, band) if compiled else None,
-            "compile_unavailable": compile_why,
-            "clocks": {"before": before, "after": after},
-        }
-        floor = None
-        try:
-            roof = self._roofline(inputs)
-            floor = roof["floor_ms"]
-            timing.update({"floor_ms": roof["floor_ms"], "bound": roof["bound"], "fraction_of_floor": roof["floor_ms"] / med,
-                           "flops": roof["flops"], "bytes": roof["bytes"]})
-        except Exception as e:  # noqa: BLE001 - the floor is informative; its failure must not fail the verdict
-            timing["floor_unavailable"] = f"{type(e).__name__}: {e}"[:300]
-        best = min(eager_ms, compiled["median_ms"]) if compiled else eager_ms
-        timing["best_baseline_ms"] = best
-        timing["best_baseline"] = "torch.compile" if compiled and compiled["median_ms"] < eager_ms else "eager"
-        flags, flush_spin = suspect_flags(cand, eager_a, floor_ms=floor, clocks={"before": before, "after": after},
-                                          best_baseline_ms=best)
-        if flush_spin:
-            timing["flush_spin_ms"] = flush_spin
-        timing["suspect"] = flags
-        checks.append(Check(name="timing", outcome="fail" if flags else "pass",
-                            detail=f"{med:.4g} ms (p25 {cs['p25_ms']:.4g}, p75 {cs['p75_ms']:.4g}); eager {eager_ms:.4g} ms; "
-                                   f"noise band {band:.1%}" + (f"; suspect: {'; '.join(flags)}" if flags else "")))
-        return timing
+            compare_all(outs, gold[:len(outs)], tol, f"timed repetition on input set {k}")
+        except Reject as r:
+            raise Reject(r.reason, r.detail, "timing") from None
 
     def _roofline(self, inputs: list[Any]) -> dict[str, float]:
         with self._ref_lock:
@@ -824,103 +682,14 @@ class Evaluator:
                 self._roof = {**floor_ms(work, peaks, self.precision.value), "flops": work.flops, "bytes": work.bytes}
             return self._roof
 
-    # -- judging a reply ------------------------------------------------------------------------------
-
-    def _judge_record(self, header: dict[str, Any], label: str) -> None:
-        tampered = header.get("tampered") or []
-        if tampered:
-            raise _Reject(Reason.TAMPERING, f"{label}: the candidate replaced harness functions: "
-                          f"{', '.join(map(str, tampered[:6]))}", "tampering")
-        violations = header.get("violations") or []
-        if violations:
-            raise _Reject(Reason.FORBIDDEN_CALL, f"{label}: the candidate attempted: {'; '.join(map(str, violations[:5]))}",
-                          "forbidden_calls")
-        if int(header.get("threads", 0) or 0) > 0:
-            raise _Reject(Reason.FORBIDDEN_CALL, f"{label}: the candidate left {header['threads']} extra thread(s) "
-                          "running", "threads")
-        ops = header.get("ops") or {}
-        if ops:
-            shown = ", ".join(f"aten.{k}×{v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:8])
-            raise _Reject(Reason.FORBIDDEN_OP, f"{label}: ModelNew.forward ran PyTorch compute ops ({shown}); "
-                          "only allocation, views and layout copies are allowed outside Triton kernels", "ops")
-
-    def _judge_processes(self, worker: Worker, label: str) -> None:
-        stray = worker.stray_processes()
-        if stray:
-            raise _Reject(Reason.FORBIDDEN_CALL, f"{label}: the candidate started {len(stray)} process(es) that are "
-                          "still running; candidates may not create processes", "processes")
-
-    def _judge_outputs(self, header: dict[str, Any], outs: list[torch.Tensor], trial: Trial, label: str) -> None:
-        metas = header.get("outputs") or []
-        if len(metas) != len(trial.out_meta):
-            raise _Reject(Reason.BAD_OUTPUT, f"{label}: forward returned {len(metas)} output(s); the reference returns "
-                          f"{len(trial.out_meta)}", "outputs")
-        for i, (m, ref) in enumerate(zip(metas, trial.out_meta)):
-            where = f"{label}, output {i}"
-            if m.get("type") != "torch.Tensor":
-                raise _Reject(Reason.BAD_OUTPUT, f"{where}: forward returned a {m.get('type')}, not a plain torch.Tensor "
-                              "(tensor subclasses and lazy values are not accepted)", "outputs")
-            if torch.device(m["device"]) != self.device and not (
-                    self.device.type == "cuda" and torch.device(m["device"]).type == "cuda"
-                    and (torch.device(m["device"]).index or 0) == (self.device.index or 0)):
-                raise _Reject(Reason.WRONG_DEVICE, f"{where}: the output is on {m['device']}, the inputs on {self.device}",
-                              "outputs")
-            if m["dtype"] != dtype_name(ref["dtype"]):
-                raise _Reject(Reason.WRONG_DTYPE, f"{where}: dtype {m['dtype']}, expected {dtype_name(ref['dtype'])}",
-                              "outputs")
-            if list(m["shape"]) != list(ref["shape"]):
-                raise _Reject(Reason.WRONG_SHAPE, f"{where}: shape {tuple(m['shape'])}, expected {tuple(ref['shape'])}",
-                              "outputs")
-            if not _strides_ok(m["shape"], m["stride"], ref):
-                raise _Reject(Reason.WRONG_STRIDES, f"{where}: strides {tuple(m['stride'])}, expected "
-                              f"{tuple(ref['stride'])} (or contiguous)", "outputs")
-            if m.get("aliases"):
-                raise _Reject(Reason.ALIASED_OUTPUT, f"{where}: the output shares memory with "
-                              f"{', '.join(m['aliases'])}; every call must return freshly written tensors", "aliasing")
-        if len(outs) != len(metas):
-            raise _Reject(Reason.WORKER_ERROR, f"{label}: the worker sent {len(outs)} output tensors for "
-                          f"{len(metas)} outputs", "outputs")
-        for i, (o, m) in enumerate(zip(outs, metas)):
-            if list(o.shape) != list(m["shape"]) or dtype_name(o.dtype) != m["dtype"]:
-                raise _Reject(Reason.WORKER_ERROR, f"{label}: output {i} as shared does not match what the worker "
-                              "described", "outputs")
-
-    def _judge_inputs(self, after: list[torch.Tensor], sent: list[torch.Tensor], label: str) -> None:
-        if len(after) != len(sent):
-            raise _Reject(Reason.WORKER_ERROR, f"{label}: the worker did not report its inputs", "inputs")
-        for i, (a, s) in enumerate(zip(after, sent)):
-            if tuple(a.shape) != tuple(s.shape) or not bitwise_equal(a, s.detach()):
-                raise _Reject(Reason.INPUT_MUTATED, f"{label}: input {i} was modified by the forward pass; "
-                              "candidates must not write to their inputs", "inputs")
+    # -- judging ------------------------------------------------------------------------------------
 
     def _coverage(self, result: EvalResult, checks: list[Check], launch_s: float, forward_s: float,
                   kernel_time: dict[str, float] | None) -> None:
-        min_cov = self.policy.min_coverage
-        if kernel_time is not None:
-            own, other = kernel_time["own_us"], kernel_time["other_us"]
-            cov = own / (own + other) if own + other > 0 else 0.0
-            basis = f"device time in the candidate's kernels {own:.0f} µs, in other kernels {other:.0f} µs"
-        elif self.device.type == "cpu":
-            cov = launch_s / forward_s if forward_s > 0 else 0.0
-            basis = f"wall time inside Triton launches {launch_s:.3f} s of {forward_s:.3f} s in forward"
-        else:
+        measured = measure_coverage(kernel_time, launch_s, forward_s, self.device.type)
+        if measured is None:
             checks.append(Check(name="coverage", outcome="skip", detail="no profile was taken"))
             return
+        cov, basis = measured
         result.kernel_coverage = round(cov, 4)
-        if cov < min_cov:
-            raise _Reject(Reason.DECOY_KERNEL, f"only {cov:.0%} of the forward's time is in the candidate's own Triton "
-                          f"kernels ({basis}); the kernels must carry the work", "coverage")
-        checks.append(Check(name="coverage", outcome="pass", detail=f"{cov:.0%}: {basis}"))
-
-
-def _strides_ok(shape: list[int], stride: list[int], ref: dict[str, Any]) -> bool:
-    def norm(st: list[int]) -> list[int]:
-        return [s if n > 1 else 0 for n, s in zip(shape, st)]
-
-    contiguous = []
-    acc = 1
-    for n in reversed(shape):
-        contiguous.append(acc)
-        acc *= max(n, 1)
-    contiguous.reverse()
-    return norm(stride) == norm(ref["stride"]) or norm(stride) == norm(contiguous)
+        checks.append(judge_coverage(cov, basis, self.policy.min_coverage))

@@ -4,20 +4,33 @@ Three sources, each optional and each saying why when it is missing: the compile
 resources (registers, spills, shared memory, warps, stages, grid) recorded at launch; a `torch.profiler`
 breakdown of device time per kernel; and Nsight Compute metrics (speed-of-light, occupancy, DRAM/L2
 throughput, warp-stall reasons) from a worker run under `ncu`, when `ncu` exists and can read counters.
-Parsing and rendering are pure functions, tested on recorded `ncu` CSV.
+Parsing and rendering are pure functions, tested on recorded `ncu` CSV; `profile_candidate` and
+`ncu_report` run a verified candidate in workers of their own to collect the rest.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 import shutil
-from typing import Any
+import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from .result import Timing
+from .locks import measurement_lock
+from .pool import Limits, Worker, WorkerFault
+from .result import Reason, Timing
+from .transport import layouts
+
+if TYPE_CHECKING:
+    import torch
+
+    from .pool import WorkerPool
+    from .result import EvalResult
 
 NCU_METRICS = [
     "gpu__time_duration.sum",
@@ -204,3 +217,92 @@ def render(profile: Profile, limit: int = 2500) -> str:
         out.append(f"Nsight Compute unavailable: {profile.ncu.why}")
     text = "\n".join(out)
     return text if len(text) <= limit else text[: limit - 20] + "\n… [truncated]"
+
+
+# -- collecting a profile ---------------------------------------------------------------------------------
+
+
+def _load(worker: Worker, load_payload: dict[str, Any], load_s: float) -> None:
+    header, _ = worker.request({"op": "load"}, load_payload, load_s, "import and construction", compiles=True)
+    if not header.get("ok"):
+        raise WorkerFault(Reason.RUNTIME_ERROR, str(header.get("detail", "load failed")))
+
+
+def profile_candidate(result: EvalResult, *, device: torch.device, pool: WorkerPool, worker_limits: Limits,
+                      phase_limits: dict[str, float], load_payload: dict[str, Any],
+                      draw_inputs: Callable[[], list[Any]], ncu: bool = False) -> Profile:
+    """Profile a candidate the evaluator has judged (`result`) for the analyst.
+
+    A rejected candidate, or one that ran in the interpreter, gets a profile that says why there is
+    nothing more. Otherwise one input set (`draw_inputs()`) is run in a fresh worker from `pool` (loaded
+    with `load_payload`, the evaluator's load request) under torch.profiler for a per-kernel breakdown,
+    and, when `ncu` is asked for, once more under Nsight Compute (`ncu_report`). `phase_limits` are the
+    evaluator's scaled limits (`load_s`, `first_call_s`), `worker_limits` those the ncu worker starts with."""
+    prof = Profile(verdict=result.verdict, reason=str(result.reason), timing=result.timing,
+                   kernels=[k.model_dump() for k in result.kernels])
+    if not result.passed:
+        prof.breakdown_unavailable = prof.ncu.why = f"the candidate was rejected ({result.reason})"
+        prof.text = f"rejected: {result.reason}: {result.detail}"
+        return prof
+    if device.type != "cuda":
+        prof.breakdown_unavailable = "no GPU: kernels ran in Triton's interpreter"
+        prof.ncu = NcuReport(available=False, why="no GPU: kernels ran in Triton's interpreter")
+        prof.text = render(prof)
+        return prof
+    trial_inputs = draw_inputs()
+    lay = layouts(trial_inputs)
+    worker = pool.acquire()
+    try:
+        _load(worker, load_payload, phase_limits["load_s"])
+        header, _ = worker.request({"op": "profile", "layouts": lay, "iterations": 3}, {"inputs": trial_inputs},
+                                   phase_limits["first_call_s"], "profiling", compiles=True)
+        if header.get("ok"):
+            prof.breakdown = breakdown_from_events([(str(n), float(us)) for n, us in header.get("events", [])])
+        else:
+            prof.breakdown_unavailable = f"the profiled run failed: {str(header.get('detail', ''))[:300]}"
+    except WorkerFault as f:
+        prof.breakdown_unavailable = f"the profiled run failed: {f.detail}"
+    finally:
+        worker.close()
+        pool.fill()
+    prof.ncu = ncu_report(device=device, worker_limits=worker_limits, phase_limits=phase_limits,
+                          load_payload=load_payload, trial_inputs=trial_inputs, input_layouts=lay,
+                          kernel_names=[k.name for k in result.kernels]) if ncu else \
+        NcuReport(available=False, why="not requested (use --ncu)")
+    prof.text = render(prof)
+    return prof
+
+
+def ncu_report(*, device: torch.device, worker_limits: Limits, phase_limits: dict[str, float],
+               load_payload: dict[str, Any], trial_inputs: list[Any], input_layouts: list[Any],
+               kernel_names: list[str]) -> NcuReport:
+    """One forward of the candidate in a fresh worker run under `ncu`, limited to its own kernels
+    (`kernel_names`), holding the device's measurement lock; the parsed metrics, or why there are none."""
+    why = ncu_unavailable_reason()
+    if why:
+        return NcuReport(available=False, why=why)
+    log_dir = tempfile.mkdtemp(prefix="kw-ncu-")
+    log_file = os.path.join(log_dir, "ncu.csv")
+    pattern = "regex:^(" + "|".join(re.escape(n) for n in kernel_names) + ")" if kernel_names else "regex:.*"
+    cmd = [shutil.which("ncu") or "ncu", "--csv", "--page", "raw", "--log-file", log_file, "--target-processes", "all",
+           "--clock-control", "none", "--kernel-name", pattern, "--launch-count", "3",
+           "--metrics", ",".join(NCU_ALL_METRICS)]
+    worker = Worker(str(device), worker_limits, wrapper=cmd)
+    try:
+        _load(worker, load_payload, phase_limits["load_s"])
+        with measurement_lock(device):
+            worker.request({"op": "call", "layouts": input_layouts, "reuse": False, "profile": False, "poison": False},
+                           {"inputs": trial_inputs}, phase_limits["first_call_s"] * 3, "the ncu-profiled run",
+                           compiles=True)
+        worker.close()
+        text = open(log_file).read() if os.path.exists(log_file) else ""
+    except WorkerFault as f:
+        worker.close()
+        return NcuReport(available=False, why=f"the ncu-profiled run failed: {f.detail}")
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    kernels = parse_ncu_csv(text)
+    if not kernels:
+        tail = " ".join(text.strip().splitlines()[-3:])[:300] if text else worker.log_tail(600).strip()[-300:]
+        return NcuReport(available=False, why=f"ncu returned no metrics (counters not readable?): {tail}")
+    return NcuReport(available=True, kernels=kernels)

@@ -14,7 +14,7 @@ import logging
 import math
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
