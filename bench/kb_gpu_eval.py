@@ -1,7 +1,7 @@
 """Evaluation at KernelBench's real sizes on a GPU: honest kernels, throughput in the loop's conditions,
 hanging candidates. Prints a short table last; writes every result as JSON lines under --out.
 
-    python3 bench/kb_gpu_eval.py --kb .kb --out $OUT [--repeat 4] [--only PROBLEM ...]
+    python3 bench/kb_gpu_eval.py --kb .kb --out $OUT [--repeat 4] [--warm-all] [--only PROBLEM ...]
 
 - for each honest kernel in bench/kernelbench/<level>/<problem>_triton.py whose problem file is in the
   KernelBench folder: one cold evaluation (a fresh Evaluator, as `kernelwright eval` does);
@@ -43,6 +43,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=4)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--skip-hangs", action="store_true")
+    ap.add_argument("--warm-all", action="store_true",
+                    help="measure warm evaluations (the loop's conditions) for every kernel, not only "
+                         + " and ".join(THROUGHPUT))
     a = ap.parse_args()
     import logging
 
@@ -72,10 +75,11 @@ def main() -> int:
         problem = load_problem(prob)
         source = cand.read_text()
         t0 = time.monotonic()
-        with Evaluator(problem, "cuda", EvalPolicy(spares=3 if stem in THROUGHPUT else 1)) as ev:
+        warm = a.warm_all or stem in THROUGHPUT
+        with Evaluator(problem, "cuda", EvalPolicy(spares=3 if warm else 1)) as ev:
             r = ev.evaluate(source)
             emit(_row(f"{cand.parent.name}/{stem} (cold)", r, time.monotonic() - t0))
-            if stem in THROUGHPUT and r.passed:
+            if warm and r.passed:
                 walls = []
                 for k in range(a.repeat):
                     t1 = time.monotonic()
