@@ -8,11 +8,15 @@ graph, a model or a GPU. The archive keeps:
 - niches: a MAP-Elites grid over descriptors of the launched kernels (warps, stages, the largest block
   size, and the roofline side that bounds it), one occupant per cell, so the search keeps structurally
   different kernels alive and not only the current best;
-- the step tuples (parent, change, child, measured delta, decision), and per parent the proposals that
-  failed, which are never tried on that parent again.
+- the step tuples (parent, change, child, measured delta, predicted speedup, decision), and per parent
+  the proposals that failed, which are never tried on that parent again;
+- verified children that could not be timed (`unmeasured`: on the CPU nothing is timed): they are not
+  ranked (there is no measured gain to rank them on) and not counted as failures; they stay available as
+  parents, so the next step builds on a verified idea instead of treating it as "already tried".
 
-A child is admitted only if it is verified correct, its timing is not suspect, and its gain over its
-parent lies outside the noise band of the measurement that produced it. Imports nothing of kernelwright.
+A child is admitted as elite or niche only if it is verified correct, its timing is not suspect, and its
+gain over its parent lies outside the noise band of the measurement that produced it. Imports nothing of
+kernelwright.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class Entry(BaseModel):
     noise_band: float = 0.0
     cell: tuple[int, int, int, str] | None = None
     proposal_key: str | None = None
+    measured: bool = True
+    """False for a verified child that could not be timed (kept in `Archive.unmeasured`, never ranked)"""
 
     @property
     def score(self) -> float:
@@ -89,8 +95,13 @@ class Step(BaseModel):
     reason: str
     delta: float | None = None
     """child score / parent score - 1"""
-    decision: Literal["elite", "niche", "rejected"]
-    """elite: among the best; niche: kept for diversity; rejected: not admitted"""
+    predicted_speedup: float | None = None
+    """the strategist's prediction (parent time / child time)"""
+    measured_speedup: float | None = None
+    """what was measured: parent time / child time (None: not timed)"""
+    decision: Literal["elite", "niche", "unmeasured", "rejected"]
+    """elite: among the best; niche: kept for diversity; unmeasured: verified correct but not timed (kept to
+    build on, never ranked); rejected: not admitted"""
     why: str
     """the decision in one sentence"""
 
@@ -102,6 +113,7 @@ class Archive(BaseModel):
     elites: list[str] = Field(default_factory=list)
     niches: dict[str, str] = Field(default_factory=dict, description="cell key -> entry id")
     failed: dict[str, list[str]] = Field(default_factory=dict, description="parent id -> proposal keys that failed")
+    unmeasured: list[str] = Field(default_factory=list, description="verified but untimed children, oldest first")
     steps: list[Step] = Field(default_factory=list)
     elite_size: int = 8
 
@@ -156,32 +168,38 @@ def _entry(outcome: Outcome, parent: Entry | None, generation: int, proposal_key
 
 
 def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome | None,
-          step_id: str | None = None) -> tuple[Archive, Step]:
+          step_id: str | None = None, predicted: float | None = None) -> tuple[Archive, Step]:
     """Record one step and decide whether the child joins the archive.
 
-    `outcome` is None when no child was produced (the coder gave up). Returns the new archive and the step."""
+    `outcome` is None when no child was produced (the coder gave up); `predicted` is the strategist's
+    predicted speedup, recorded beside the measured one. Returns the new archive and the step."""
     parent = archive.entries[parent_id]
     new = archive.model_copy(deep=True)
     n = len(new.steps)
+    timed_parent = _measured_ancestor(archive, parent)  # an unmeasured parent is compared through its timed ancestor
+    measured = (timed_parent.median_ms / outcome.median_ms if outcome is not None and outcome.verdict == "pass"
+                and timed_parent.median_ms and outcome.median_ms else None)
+
+    def record(step: Step) -> tuple[Archive, Step]:
+        step.predicted_speedup, step.measured_speedup = predicted, measured
+        new.steps.append(step)
+        return new, step
 
     def reject(why: str, reason: str, verdict: str = "fail", delta: float | None = None) -> tuple[Archive, Step]:
         new.failed.setdefault(parent_id, [])
         if proposal_key not in new.failed[parent_id]:
             new.failed[parent_id].append(proposal_key)
-        step = Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key, child_id=outcome.child_id if outcome else None,
-                    verdict=verdict, reason=reason, delta=delta, decision="rejected", why=why)
-        new.steps.append(step)
-        return new, step
+        return record(Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key,
+                           child_id=outcome.child_id if outcome else None, verdict=verdict, reason=reason, delta=delta,
+                           decision="rejected", why=why))
 
     if outcome is None:
         return reject("no child was produced", "no_child")
     if outcome.verdict == "error":
         # The judge failed, not the child: the move is not marked as tried on this parent, so it can be tried again.
-        step = Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key, child_id=outcome.child_id,
-                    verdict="error", reason=outcome.reason, decision="rejected",
-                    why=f"the evaluator could not judge it ({outcome.reason}); not counted against the move")
-        new.steps.append(step)
-        return new, step
+        return record(Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key,
+                           child_id=outcome.child_id, verdict="error", reason=outcome.reason, decision="rejected",
+                           why=f"the evaluator could not judge it ({outcome.reason}); not counted against the move"))
     if outcome.verdict != "pass":
         return reject(f"not verified correct ({outcome.reason})", outcome.reason)
     if outcome.suspect:
@@ -189,10 +207,19 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
     if outcome.child_id in new.entries:
         return reject("identical to a kernel already in the archive", "duplicate", "pass")
     if outcome.speedup_vs_eager is None:
-        return reject("verified correct but not timed (CPU mode runs Triton's interpreter): there is no measured "
-                      "gain to admit it on", "untimed", "pass")
+        # Verified but not timed (the CPU runs Triton's interpreter): no gain to rank it on, and no failure
+        # either. It is kept, unranked, so later steps can build on it; the move is not marked as failed.
+        child = _entry(outcome, parent, parent.generation + 1, proposal_key)
+        child.measured = False
+        new.entries[child.id] = child
+        new.unmeasured.append(child.id)
+        return record(Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key,
+                           child_id=child.id, verdict="pass", reason="untimed", decision="unmeasured",
+                           why="verified correct but not timed (no GPU timing on this device): kept unranked as a "
+                               "parent for the next steps, not counted as a failure"))
     child = _entry(outcome, parent, parent.generation + 1, proposal_key)
-    delta = child.score / parent.score - 1 if parent.score > 0 else math.inf
+    base = _measured_ancestor(new, parent)  # an unmeasured parent has no time: its nearest timed ancestor's counts
+    delta = child.score / base.score - 1 if base.score > 0 else math.inf
     band = max(outcome.noise_band, parent.noise_band)
     key = _key(child.cell)  # type: ignore[arg-type]
     occupant = new.entries.get(new.niches.get(key, ""))
@@ -201,11 +228,10 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
             # Not faster, but structurally new and no slower: it opens a niche.
             new.entries[child.id] = child
             new.niches[key] = child.id
-            step = Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key, child_id=child.id, verdict="pass",
-                        reason="ok", delta=delta, decision="niche",
-                        why=f"within the noise band ({delta:+.1%}, band ±{band:.1%}) but fills the empty niche {key}")
-            new.steps.append(step)
-            return new, step
+            return record(Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key,
+                               child_id=child.id, verdict="pass", reason="ok", delta=delta, decision="niche",
+                               why=f"within the noise band ({delta:+.1%}, band ±{band:.1%}) but fills the empty "
+                                   f"niche {key}"))
         return reject(f"gain {delta:+.1%} is inside the noise band (±{band:.1%})" if delta >= -band
                       else f"slower than its parent ({delta:+.1%})", "no_gain", "pass", delta)
     new.entries[child.id] = child
@@ -213,10 +239,15 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
         new.niches[key] = child.id
     ranked = sorted(set(new.elites) | {child.id}, key=lambda i: -new.entries[i].score)
     new.elites = ranked[: new.elite_size]
-    step = Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key, child_id=child.id, verdict="pass", reason="ok",
-                delta=delta, decision="elite", why=f"{delta:+.1%} over its parent (noise band ±{band:.1%})")
-    new.steps.append(step)
-    return new, step
+    return record(Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key, child_id=child.id,
+                       verdict="pass", reason="ok", delta=delta, decision="elite",
+                       why=f"{delta:+.1%} over its parent (noise band ±{band:.1%})"))
+
+
+def _measured_ancestor(archive: Archive, entry: Entry) -> Entry:
+    while not entry.measured and entry.parent_id in archive.entries:
+        entry = archive.entries[entry.parent_id]  # type: ignore[index]
+    return entry
 
 
 def was_tried_and_failed(archive: Archive, parent_id: str, proposal_key: str) -> bool:
@@ -229,10 +260,12 @@ def select_parents(archive: Archive, k: int, rng: random.Random, explore: float 
     The rule: each slot exploits with probability 1 - `explore` — the best elite not yet chosen, in rank
     order — and otherwise explores — a uniformly random niche occupant that is not an elite. Falls back to
     the other pool when one is empty; the same parent may fill several slots only when the archive has
-    fewer kernels than slots."""
+    fewer kernels than slots. Verified children that could not be timed and that no step has built on yet
+    (`frontier`) come first among the exploiting slots, newest first: they cannot be ranked, and building on
+    them is how a verified idea is carried forward instead of being tried again."""
     if not archive.entries:
         raise ValueError("the archive is empty: seed it first")
-    elites = list(archive.elites)
+    elites = frontier(archive) + [i for i in archive.elites]
     explorers = [i for i in archive.niches.values() if i not in elites]
     chosen: list[str] = []
     for _ in range(k):
@@ -245,6 +278,12 @@ def select_parents(archive: Archive, k: int, rng: random.Random, explore: float 
         else:
             chosen.append(elites[len(chosen) % len(elites)])
     return chosen
+
+
+def frontier(archive: Archive) -> list[str]:
+    """Unmeasured children no step has started from yet, newest first."""
+    used = {s.parent_id for s in archive.steps}
+    return [i for i in reversed(archive.unmeasured) if i not in used]
 
 
 def stop_reason(archive: Archive, *, plateau_steps: int = 20, roofline_target: float | None = 0.9) -> str | None:
@@ -276,7 +315,44 @@ def lineage_history(archive: Archive, kernel: str, limit: int = 20) -> list[dict
     """The steps taken from kernels on this one's lineage, oldest first (what the strategist is shown)."""
     on_line = set(lineage(archive, kernel))
     return [{"parent": s.parent_id[:12], "proposal": s.proposal_key, "verdict": s.verdict, "reason": s.reason,
-             "delta": s.delta, "decision": s.decision} for s in archive.steps if s.parent_id in on_line][-limit:]
+             "delta": s.delta, "predicted_speedup": s.predicted_speedup, "measured_speedup": s.measured_speedup,
+             "decision": s.decision, "child": (s.child_id or "")[:12] or None}
+            for s in archive.steps if s.parent_id in on_line][-limit:]
+
+
+def prediction_record(archive: Archive, kernel: str) -> str:
+    """How well the strategist's predictions held on this kernel's lineage, in a few lines."""
+    on_line = set(lineage(archive, kernel))
+    pairs = [(s.step_id or str(s.step), s.proposal_key, s.predicted_speedup, s.measured_speedup)
+             for s in archive.steps if s.parent_id in on_line and s.predicted_speedup is not None]
+    timed = [(p, m) for _, _, p, m in pairs if m is not None]
+    if not pairs:
+        return "(no predictions on this lineage yet)"
+    lines = [f"{sid} {key}: predicted {p:.2f}x, measured " + (f"{m:.2f}x" if m is not None else "nothing (not timed)")
+             for sid, key, p, m in pairs[-8:]]
+    if timed:
+        ratio = math.exp(sum(math.log(m / p) for p, m in timed if p > 0 and m > 0) / len(timed))
+        lines.append(f"over {len(timed)} timed step(s), measured / predicted is {ratio:.2f} on geometric mean "
+                     f"({'optimistic' if ratio < 0.97 else 'pessimistic' if ratio > 1.03 else 'well calibrated'})")
+    return "\n".join(lines)
+
+
+def inspirations(archive: Archive, parent: str, best: int = 2, diverse: int = 2) -> list[tuple[str, Entry]]:
+    """Kernels worth showing beside the parent, each with why it is shown: the best elites that are not the
+    parent; niche occupants from cells other than the parent's (structural diversity), fastest first; and,
+    where those leave room (on the CPU nothing is ranked), verified but untimed kernels, newest first."""
+    chosen: list[tuple[str, Entry]] = [(f"elite #{r + 1}", archive.entries[i])
+                                       for r, i in enumerate(archive.elites) if i != parent][:best]
+    pcell = archive.entries[parent].cell if parent in archive.entries else None
+    others = [archive.entries[i] for key, i in sorted(archive.niches.items())
+              if i != parent and i not in archive.elites and archive.entries[i].cell != pcell]
+    others.sort(key=lambda e: -e.score)
+    chosen += [("niche (structurally different)", e) for e in others[:diverse]]
+    room = best + diverse - len(chosen)
+    line = set(lineage(archive, parent))
+    untimed = [archive.entries[i] for i in reversed(archive.unmeasured) if i not in line]
+    chosen += [("verified, not timed", e) for e in untimed[:max(0, room)]]
+    return chosen
 
 
 def tried_on(archive: Archive, parent: str) -> list[str]:

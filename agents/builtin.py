@@ -2,9 +2,12 @@
 
 The analyst classifies the bottleneck from what the verifier measured: roofline position, the compiled
 kernels' resources and, when present, Nsight Compute's speed-of-light and occupancy. The strategist picks
-one move from the catalog in `moves.py`: moves that suit the diagnosis come first, moves of a kind that
-paid off on this lineage rank higher, and a move already tried on this parent is never proposed again.
-Pure functions: the inputs are plain dicts and models, the randomness is an explicit `random.Random`.
+one move from the catalog in `moves.py` (knobs wherever the kernel keeps them: module constants, launch
+literals, constexpr defaults, autotune configs): moves that suit the diagnosis come first, moves of a kind
+that paid off on this lineage rank higher, and a move already tried on this parent is never proposed again.
+When single moves plateau (the caller says so) or none is left untried, pair moves (two knobs of different
+categories at once) are offered too, ranked by the sum of their two moves' scores. Pure functions: the
+inputs are plain dicts and models, the randomness is an explicit `random.Random`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any, Callable
 from kernelwright.evaluators import Timing
 
 from .archive import Archive, lineage
-from .moves import Move, catalog, category_of, knobs
+from .moves import AnyMove, Move, PairMove, apply, catalog, knobs, pair_catalog
 from .schemas import Bottleneck, Diagnosis, Proposal
 
 LATENCY_MS = 0.02
@@ -76,13 +79,17 @@ def _headroom(timing: Timing | None) -> float | None:
     return None if frac is None else max(0.0, 1.0 - min(frac, 1.0))
 
 
-def move_kind(move: Move) -> str:
-    """A move's kind for lineage statistics: category and direction, e.g. 'tiling+' or 'warps-'."""
+def move_kind(move: AnyMove) -> str:
+    """A move's kind for lineage statistics: category and direction, e.g. 'tiling+' or 'warps-'; a pair's is
+    its two kinds joined by '&' in sorted order, e.g. 'tiling+&warps+'."""
+    if isinstance(move, PairMove):
+        return "&".join(sorted(move_kind(m) for m in move.moves))
     return f"{move.category}{'+' if move.new > move.old else '-'}"
 
 
-def _prior(move: Move, bottleneck: Bottleneck) -> float:
-    up = move.new > move.old
+def _prior(move: AnyMove, bottleneck: Bottleneck) -> float:
+    if isinstance(move, PairMove):
+        return sum(_prior(m, bottleneck) for m in move.moves)
     table: dict[str, dict[str, float]] = {
         "memory": {"tiling+": 2, "pipelining+": 2, "warps+": 1},
         "compute": {"warps+": 2, "pipelining+": 2, "grouping+": 1, "tiling+": 1},
@@ -91,56 +98,98 @@ def _prior(move: Move, bottleneck: Bottleneck) -> float:
         "spills": {"tiling-": 3, "warps+": 2, "pipelining-": 1},
         "unknown": {},
     }
-    return table[bottleneck].get(f"{move.category}{'+' if up else '-'}", 0.0)
+    return table[bottleneck].get(move_kind(move), 0.0)
+
+
+def _learned(move: AnyMove, lineage_gains: dict[str, list[float]]) -> float:
+    """Ten times the mean measured gain of the move's kind; a pair adds its two moves' and its own kind's."""
+    gains = lineage_gains.get(move_kind(move), [])
+    own = statistics.fmean(gains) * 10 if gains else 0.0
+    if isinstance(move, PairMove):
+        own += sum(_learned(m, lineage_gains) for m in move.moves)
+    return own
 
 
 def propose(source: str, diagnosis: Diagnosis, lineage_gains: dict[str, list[float]], failed: set[str],
-            rng: random.Random, rank: int = 0) -> Proposal | None:
-    """One move for this parent, or None when every move has been tried and failed.
+            rng: random.Random, rank: int = 0, plateaued: bool = False) -> Proposal | None:
+    """One move for this parent, or None when every move has been tried (`moves.no_moves_reason` says why).
 
     `lineage_gains` maps a move kind (see `move_kind`) to the measured gains (child/parent - 1) of earlier
     steps of that kind on this lineage. `rank` > 0 when other branches of the same generation work on the
     same parent: the rank-th best move is taken, so siblings try different moves (the last one when there
-    are fewer moves than siblings)."""
-    moves = [m for m in catalog(source) if m.key not in failed]
+    are fewer moves than siblings). Pair moves join the single ones when `plateaued` (single moves stopped
+    paying off) or when no single move is left untried."""
+    moves: list[AnyMove] = [m for m in catalog(source) if m.key not in failed]
+    pairs = bool(plateaued or not moves)
+    if pairs:
+        moves += [p for p in pair_catalog(source) if p.key not in failed]
     if not moves:
         return None
 
-    def score(m: Move) -> tuple[float, float]:
-        gains = lineage_gains.get(move_kind(m), [])
-        learned = statistics.fmean(gains) * 10 if gains else 0.0
-        return (_prior(m, diagnosis.bottleneck) + learned, rng.random())
+    def score(m: AnyMove) -> tuple[float, float]:
+        return (_prior(m, diagnosis.bottleneck) + _learned(m, lineage_gains), rng.random())
 
     ranked = sorted(moves, key=score, reverse=True)
     best = ranked[min(rank, len(ranked) - 1)]
     gains = lineage_gains.get(move_kind(best), [])
     predicted = 1 + max(0.02, statistics.fmean(gains) if gains else 0.05 * (1 + _prior(best, diagnosis.bottleneck)))
-    return Proposal(category=best.category, what=best.what,
-                    why=f"{diagnosis.bottleneck} bottleneck: {diagnosis.summary}"
+    if isinstance(best, PairMove):
+        lead = max(best.moves, key=lambda m: _prior(m, diagnosis.bottleneck))
+        category = lead.category
+        note = (" Single moves have plateaued, so two knobs move at once." if plateaued
+                else " Every single move from this kernel was tried, so two knobs move at once.")
+    else:
+        category, note = best.category, ""
+    return Proposal(category=category, what=best.what,
+                    why=f"{diagnosis.bottleneck} bottleneck: {diagnosis.summary}" + note
                         + (f" Moves of this kind changed time by {statistics.fmean(gains):+.1%} on this lineage."
                            if gains else ""),
                     predicted_speedup=round(predicted, 3), risk="low", key=best.key)
 
 
-def move_for(source: str, proposal: Proposal) -> Move:
-    """The catalog move a builtin proposal names (the coder applies it)."""
-    for m in catalog(source):
+def move_for(source: str, proposal: Proposal) -> AnyMove:
+    """The catalog move (a `Move`, or a `PairMove` for a key 'A=x,B=y') a builtin proposal names; the coder
+    applies it with `moves.apply`, which takes either."""
+    pool: list[AnyMove] = [*catalog(source), *pair_catalog(source)] if "," in proposal.key else [*catalog(source)]
+    for m in pool:
         if m.key == proposal.key:
             return m
     raise KeyError(f"the proposal {proposal.key!r} does not apply to this source")
 
 
+def apply_proposal(source: str, proposal: Proposal) -> str:
+    """The child source of a builtin proposal: `apply(source, move_for(source, proposal))`."""
+    return apply(source, move_for(source, proposal))
+
+
+def _parse_key(key: str, found: dict) -> AnyMove | None:
+    moves: list[Move] = []
+    for part in key.split(","):
+        knob, _, new = part.partition("=")
+        k = found.get(knob)
+        if k is None or not new.lstrip("-").isdigit():
+            return None
+        moves.append(Move(knob, k.value, int(new), k.category))
+    if len(moves) == 1:
+        return moves[0]
+    if len(moves) == 2:
+        first, second = sorted(moves, key=lambda m: m.key)
+        return PairMove(first, second)
+    return None
+
+
 def lineage_gains(archive: Archive, kernel: str, source_of: Callable[[str], str]) -> dict[str, list[float]]:
     """Measured gains by move kind over the steps whose parent lies on this kernel's lineage (`source_of`
-    gives a kernel's source by hash)."""
+    gives a kernel's source by hash). A pair step counts under its pair kind ('tiling+&warps+') only: its
+    gain cannot be split between its two moves, and `propose` adds the pair kind's gains to a pair's score
+    on top of its two single kinds'. Keys that name no knob of the parent (e.g. an LLM's) are skipped."""
     on_line = set(lineage(archive, kernel))
     gains: dict[str, list[float]] = {}
     for step in archive.steps:
         if step.parent_id not in on_line or step.delta is None or "=" not in step.proposal_key:
             continue
-        knob, new = step.proposal_key.split("=", 1)
-        old = knobs(source_of(step.parent_id)).get(knob)
-        if old is None or not new.lstrip("-").isdigit():
+        move = _parse_key(step.proposal_key, knobs(source_of(step.parent_id)))
+        if move is None:
             continue
-        gains.setdefault(move_kind(Move(knob, old.value, int(new), category_of(knob))), []).append(step.delta)
+        gains.setdefault(move_kind(move), []).append(step.delta)
     return gains

@@ -48,6 +48,10 @@ class RunConfig:
     """per-role models (analyst, strategist, coder) overriding `model`"""
     seed: int = 0
     explore: float = 0.25
+    profile: str = "auto"
+    """evidence for the roles on a GPU: auto profiles the seed and each newly admitted elite (torch.profiler,
+    and Nsight Compute when `ncu` exists and can read counters); torch leaves Nsight Compute out; off profiles
+    nothing (the roles still see the verifier's timing and the launched kernels' resources)"""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

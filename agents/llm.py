@@ -26,6 +26,7 @@ from kernelwright import prompts
 from kernelwright.evaluators import EvalResult
 from kernelwright.tools.coding import QuickCheck, Workspace, check_workspace, coder_tools
 
+from .briefing import PLAYBOOK_CHARS, clip
 from .schemas import Diagnosis, Proposal
 
 log = logging.getLogger(__name__)
@@ -330,21 +331,26 @@ def _log(transcript: list[dict[str, Any]] | None, msg: BaseMessage) -> None:
 
 
 def analyse(model: BaseChatModel, *, problem: str, parent: str, evaluation: str, profile: str, usage: Usage,
-            transcript: list[dict[str, Any]] | None = None) -> Diagnosis:
-    prompt = prompts.load("analyst").format(problem=problem, parent=parent, evaluation=evaluation, profile=profile)
+            facts: str = "(not given)", transcript: list[dict[str, Any]] | None = None) -> Diagnosis:
+    prompt = prompts.load("analyst").format(problem=problem, parent=parent, evaluation=evaluation, profile=profile,
+                                            facts=facts)
     return structured(model, Diagnosis, prompt, usage, transcript=transcript)  # type: ignore[return-value]
 
 
 def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: str, diagnosis: Diagnosis,
                history: str, failed: list[str], usage: Usage,
-               transcript: list[dict[str, Any]] | None = None, sibling_rank: int = 0) -> Proposal:
+               transcript: list[dict[str, Any]] | None = None, sibling_rank: int = 0, facts: str = "(not given)",
+               evidence: str = "(not given)", inspirations: str = "(none)", predictions: str = "(none)",
+               playbook: str | None = None) -> Proposal:
     siblings = ("(none: this is the only branch on this parent)" if sibling_rank == 0 else
                 f"{sibling_rank} other branch(es) work on this same parent right now and take your most promising "
                 f"idea(s); to keep the branches distinct, propose your choice number {sibling_rank + 1} in order of "
                 "promise.")
     prompt = prompts.load("strategist").format(
         problem=problem, parent=parent, evaluation=evaluation, diagnosis=diagnosis.model_dump_json(indent=1),
-        history=history or "(none yet)", failed=", ".join(failed) or "(none)", siblings=siblings)
+        history=history or "(none yet)", failed=", ".join(failed) or "(none)", siblings=siblings, facts=facts,
+        evidence=evidence, inspirations=inspirations, predictions=predictions,
+        playbook=playbook if playbook is not None else clip(prompts.playbook(), PLAYBOOK_CHARS))
     p: Proposal = structured(model, Proposal, prompt, usage, transcript=transcript)  # type: ignore[assignment]
     if p.key in failed:
         raise ModelError(f"the model proposed {p.key!r}, which was already tried on this parent")
@@ -353,21 +359,30 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: s
 
 # -- the coder --------------------------------------------------------------------------------------------
 
+QUICK_CHECK_CPU = ("run the verifier on the current kernel (Triton's interpreter on the CPU: every correctness "
+                   "trial and guard; nothing is timed).")
+QUICK_CHECK_GPU = ("compile the current kernel and run it on the GPU on one input set plus the problem's test "
+                   "inputs, with every guard, against the reference; no timing (seconds).")
+
+
 def code(model: BaseChatModel, parent_source: str, proposal: Proposal, quick_check: QuickCheck, *,
          problem: str = "", diagnosis: Diagnosis | None = None, usage: Usage | None = None,
-         rounds: int = 12) -> tuple[str | None, list[dict[str, Any]]]:
+         rounds: int = 12, facts: str = "(not given)", inspirations: str = "(none)",
+         quick_check_text: str = QUICK_CHECK_CPU) -> tuple[str | None, list[dict[str, Any]]]:
     """Apply the proposal with tools; (the child's source, or None when no passing change was made, and the
     transcript). Bounded by `rounds` model calls; a malformed or failing tool call is answered with the error."""
     prompt = prompts.load("coder").format(
         problem=problem, parent=parent_source, proposal=proposal.model_dump_json(indent=1),
-        diagnosis=diagnosis.model_dump_json(indent=1) if diagnosis else "(none)")
+        diagnosis=diagnosis.model_dump_json(indent=1) if diagnosis else "(none)", facts=facts,
+        inspirations=inspirations, quick_check=quick_check_text)
     return _edit(model, parent_source, prompt, quick_check, usage if usage is not None else Usage(), rounds)
 
 
 def write(model: BaseChatModel, problem: str, quick_check: QuickCheck, *, usage: Usage | None = None,
-          rounds: int = 16) -> tuple[str | None, list[dict[str, Any]]]:
+          rounds: int = 16, facts: str = "(not given)",
+          quick_check_text: str = QUICK_CHECK_CPU) -> tuple[str | None, list[dict[str, Any]]]:
     """Write a first kernel for the problem from its reference (no seed kernel given), with the coder's tools."""
-    prompt = prompts.load("writer").format(problem=problem)
+    prompt = prompts.load("writer").format(problem=problem, facts=facts, quick_check=quick_check_text)
     return _edit(model, "", prompt, quick_check, usage if usage is not None else Usage(), rounds)
 
 
@@ -426,10 +441,3 @@ def describe_eval(result: EvalResult | None) -> str:
     else:
         lines.append(f"timing: unavailable ({result.timing_unavailable or 'not measured'})")
     return "\n".join(lines)
-
-
-def describe_profile(result: EvalResult | None) -> str:
-    ks = result.kernels if result is not None else []
-    if not ks:
-        return "(no kernel profile)"
-    return "\n".join(k.model_dump_json()[:600] for k in ks[:8])

@@ -16,7 +16,8 @@ from kernelwright.evaluators import Timing
 from .archive import Outcome, Step
 from .schemas import Diagnosis, Proposal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: `decision` gained "unmeasured" and the predicted and measured speedups; `proposal.category` structural kinds"""
 
 
 class RoleUsage(BaseModel):
@@ -119,7 +120,7 @@ class StepRecord(BaseModel):
     outcome: Outcome | None = None
     """what the archive decided on"""
     decision: Step
-    """the archive's decision: elite, niche or rejected, and why"""
+    """the archive's decision (elite, niche, unmeasured or rejected), why, and the predicted and measured speedups"""
     tokens: int = 0
     """model tokens of the step, all roles"""
     cost_usd: float = 0.0

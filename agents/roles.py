@@ -16,15 +16,17 @@ import random
 import time
 from typing import Any
 
-from kernelwright.evaluators import EvalResult
-from kernelwright.tools.coding import QuickCheck, syntax_check
+from kernelwright.evaluators import EvalResult, render_facts
+from kernelwright.evaluators.profiling import Profile, render
+from kernelwright.tools.coding import QuickCheck
 
-from . import llm
-from .archive import Archive, Outcome, admit, lineage_history, select_parents, stop_reason, tried_on
+from . import briefing, llm
+from .archive import (Archive, Outcome, admit, inspirations, lineage_history, prediction_record, select_parents,
+                      stop_reason, tried_on)
 from .archive import seed as seed_archive
-from .builtin import diagnose, lineage_gains, move_for, propose
+from .builtin import apply_proposal, diagnose, lineage_gains, propose
 from .context import RunContext
-from .moves import apply
+from .moves import no_moves_reason
 from .records import StepRecord
 from .schemas import Diagnosis, Proposal
 
@@ -94,8 +96,34 @@ def seed(state: State, ctx: RunContext) -> State:
         run.update(status="failed", stop_reason=f"the seed kernel is rejected: {result.reason}: {result.detail}")
         return {"stop": f"the seed kernel is rejected ({result.reason})", "archive": {}}
     archive = seed_archive(Archive(), outcome_of(h, result))
+    if result.timing is not None:
+        _collect_evidence(ctx, h, cfg.device_for(0))
     run.update(status="running", best_kernel=h, best_speedup=result.timing.speedup_vs_eager if result.timing else None)
     return {"archive": store_archive(ctx, archive, 0), "generation": 0}
+
+
+def _collect_evidence(ctx: RunContext, h: str, device: str) -> None:
+    """Profile a timed kernel for the roles (the seed, each newly admitted elite), unless the run says not to.
+    Evidence is informative: a failure to collect it is logged and the run goes on."""
+    mode = ctx.config.profile
+    if mode == "off" or device == "cpu":
+        return
+    try:
+        ctx.evaluations.collect_evidence(h, device, ncu=mode == "auto")
+    except Exception as e:  # noqa: BLE001 - the profile failing must not end the run
+        log.warning("could not profile kernel %s: %s: %s", h[:12], type(e).__name__, e)
+
+
+def _facts(ctx: RunContext, branch: int) -> str:
+    """The device's facts as a prompt shows them (one clear line when they cannot be read)."""
+    try:
+        return briefing.clip(render_facts(ctx.evaluations.facts(ctx.config.device_for(branch))), briefing.FACTS_CHARS)
+    except Exception as e:  # noqa: BLE001 - facts are informative; the role still works without them
+        return f"(the device's facts could not be read: {type(e).__name__}: {str(e)[:200]})"
+
+
+def _evidence(ctx: RunContext, h: str) -> Profile:
+    return ctx.evaluations.evidence(h)
 
 
 def _write_seed(ctx: RunContext) -> tuple[str | None, str | None]:
@@ -112,7 +140,8 @@ def _write_seed(ctx: RunContext) -> tuple[str | None, str | None]:
         transcript: list[dict[str, Any]] = []
         error = kind = None
         try:
-            src, transcript = llm.write(ctx.models.chat_model(spec), run.problem_source(), quick_check(ctx), usage=usage)
+            src, transcript = llm.write(ctx.models.chat_model(spec), run.problem_source(), quick_check(ctx), usage=usage,
+                                        facts=_facts(ctx, 0), quick_check_text=_quick_check_text(ctx, 0))
             error = None if src else "no kernel that passes the quick check"
         except (llm.ProviderError, llm.ModelError) as e:
             src, (error, kind) = None, _failure(e)
@@ -151,15 +180,28 @@ def branch_inputs(state: State, ctx: RunContext) -> list[State]:
     archive = load_archive(state, ctx)
     out = []
     for i, parent in enumerate(state["parents"]):
+        history = lineage_history(archive, parent)
         out.append({
             "generation": state["generation"], "branch": i, "parent": parent,
             "step_id": f"g{state['generation']}b{i}",
             "lineage_gains": lineage_gains(archive, parent, ctx.run.kernel),
             "failed": tried_on(archive, parent),
-            "history": lineage_history(archive, parent),
+            "history": history,
             "sibling_rank": state["parents"][:i].count(parent),
+            "plateaued": plateaued(history),
+            "inspirations": briefing.inspiration_items(inspirations(archive, parent)),
+            "predictions": prediction_record(archive, parent),
         })
     return out
+
+
+PLATEAU_WINDOW = 4
+
+
+def plateaued(history: list[dict[str, Any]]) -> bool:
+    """The lineage's last `PLATEAU_WINDOW` steps were all tried and none became an elite (pair moves next)."""
+    recent = history[-PLATEAU_WINDOW:]
+    return len(recent) == PLATEAU_WINDOW and not any(h.get("decision") == "elite" for h in recent)
 
 
 # -- the language-model policies --------------------------------------------------------------------------
@@ -179,16 +221,17 @@ def _llm_record(state: State, ctx: RunContext, role: str, usage: llm.Usage, tran
 def _llm_analyst(state: State, ctx: RunContext) -> State:
     run = ctx.run
     result = ctx.evaluations.cached(state["parent"])
+    evidence = _evidence(ctx, state["parent"])
     spec = ctx.config.model_for("analyst")
     usage, transcript = ctx.models.usage(spec), []
     error = None
     try:
         d = llm.analyse(ctx.models.chat_model(spec), problem=run.problem_source(), parent=run.kernel(state["parent"]),
-                        evaluation=llm.describe_eval(result), profile=llm.describe_profile(result), usage=usage,
-                        transcript=transcript)
+                        evaluation=llm.describe_eval(result), profile=render(evidence, briefing.EVIDENCE_CHARS),
+                        facts=_facts(ctx, state.get("branch") or 0), usage=usage, transcript=transcript)
     except (llm.ProviderError, llm.ModelError) as e:
         # the builtin reading keeps the branch going; the failure is in the trace
-        d, error = _builtin_diagnosis(result), _failure(e)
+        d, error = _builtin_diagnosis(result, evidence), _failure(e)
     return {"diagnosis": d.model_dump(), "llm": _llm_record(state, ctx, "analyst", usage, transcript, error)}
 
 
@@ -196,31 +239,47 @@ def _llm_strategist(state: State, ctx: RunContext) -> State:
     run = ctx.run
     spec = ctx.config.model_for("strategist")
     usage, transcript = ctx.models.usage(spec), []
-    history = "\n".join(json.dumps(h) for h in state.get("history") or [])
-    evaluation = llm.describe_eval(ctx.evaluations.cached(state["parent"]))
+    parent = state["parent"]
+    parent_src = run.kernel(parent)
+    evaluation = llm.describe_eval(ctx.evaluations.cached(parent))
     try:
         p = llm.strategise(ctx.models.chat_model(spec), problem=run.problem_source(),
-                           parent=run.kernel(state["parent"]), evaluation=evaluation,
-                           diagnosis=Diagnosis.model_validate(state["diagnosis"]), history=history,
+                           parent=parent_src, evaluation=evaluation,
+                           diagnosis=Diagnosis.model_validate(state["diagnosis"]),
+                           history=briefing.render_history(state.get("history") or []),
                            failed=list(state.get("failed") or []), usage=usage, transcript=transcript,
-                           sibling_rank=state.get("sibling_rank") or 0)
+                           sibling_rank=state.get("sibling_rank") or 0, facts=_facts(ctx, state.get("branch") or 0),
+                           evidence=render(_evidence(ctx, parent), briefing.EVIDENCE_CHARS),
+                           inspirations=briefing.render_inspirations(state.get("inspirations") or [], parent,
+                                                                     parent_src, run.kernel),
+                           predictions=briefing.clip(state.get("predictions") or "(none yet)",
+                                                     briefing.PREDICTIONS_CHARS))
         return {"proposal": p.model_dump(), "llm": _llm_record(state, ctx, "strategist", usage, transcript)}
     except (llm.ProviderError, llm.ModelError) as e:
         return {"proposal": None, "llm": _llm_record(state, ctx, "strategist", usage, transcript, _failure(e))}
 
 
 def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
-    """On the CPU the quick check is the real verifier (its verdict is cached, so the verifier reuses it);
-    on a GPU it is the syntax check only, so no time is spent timing drafts."""
+    """On the CPU the quick check is the real verifier (its verdict is cached, so the verifier reuses it:
+    nothing is timed there anyway). On a GPU it is the evaluation service's quick check in this run's
+    evaluator and workers: compile, one input set plus the problem's test inputs, every guard, no timing."""
     device = ctx.config.device_for(branch)
 
     def check(source: str) -> tuple[bool, str]:
-        if device != "cpu":
-            return syntax_check(source)
-        _, result = ctx.evaluations.evaluate(source, device)
-        return result.verdict == "pass", f"{result.reason}: {result.detail or ''}"[:2000]
+        if device == "cpu":
+            _, result = ctx.evaluations.evaluate(source, device)
+        else:
+            result = ctx.evaluations.quick(source, device)
+        if result.verdict == "pass":
+            trials = len(result.trials) if result.trials else 0
+            return True, f"correct on {trials} input set(s) ({'verified' if device == 'cpu' else 'quick check, no timing'})"
+        return False, f"{result.reason}: {result.detail or ''}"[:2000]
 
     return check
+
+
+def _quick_check_text(ctx: RunContext, branch: int) -> str:
+    return llm.QUICK_CHECK_CPU if ctx.config.device_for(branch) == "cpu" else llm.QUICK_CHECK_GPU
 
 
 def _diff(parent: str, parent_src: str, child_src: str) -> str:
@@ -235,9 +294,13 @@ def _llm_coder(state: State, ctx: RunContext, parent_src: str, proposal: Proposa
     transcript: list[dict[str, Any]] = []
     error: tuple[str, str] | None = None
     try:
-        child_src, transcript = llm.code(ctx.models.chat_model(spec), parent_src, proposal,
-                                         quick_check(ctx, state.get("branch") or 0), problem=run.problem_source(),
-                                         diagnosis=Diagnosis.model_validate(state["diagnosis"]), usage=usage)
+        branch = state.get("branch") or 0
+        child_src, transcript = llm.code(
+            ctx.models.chat_model(spec), parent_src, proposal, quick_check(ctx, branch), problem=run.problem_source(),
+            diagnosis=Diagnosis.model_validate(state["diagnosis"]), usage=usage, facts=_facts(ctx, branch),
+            inspirations=briefing.render_inspirations(state.get("inspirations") or [], state["parent"], parent_src,
+                                                      run.kernel, briefing.CODER_INSPIRATIONS_CHARS),
+            quick_check_text=_quick_check_text(ctx, branch))
         if not child_src:
             error = ("the coder produced no passing change", "model")
     except (llm.ProviderError, llm.ModelError) as e:
@@ -252,38 +315,45 @@ def _llm_coder(state: State, ctx: RunContext, parent_src: str, proposal: Proposa
 # -- one branch -------------------------------------------------------------------------------------------
 
 
-def _builtin_diagnosis(result: EvalResult | None) -> Diagnosis:
+def _builtin_diagnosis(result: EvalResult | None, evidence: Profile | None = None) -> Diagnosis:
     if result is None:
         return diagnose(None, [])
-    return diagnose(result.timing, [k.model_dump() for k in result.kernels])
+    ncu = ([{"name": k.name, "metrics": k.metrics} for k in evidence.ncu.kernels]
+           if evidence is not None and evidence.ncu.available else None)
+    timing = result.timing or (evidence.timing if evidence is not None else None)
+    return diagnose(timing, [k.model_dump() for k in result.kernels], ncu)
 
 
 def analyst(state: State, ctx: RunContext) -> State:
     if ctx.config.uses_model("analyst"):
         return _llm_analyst(state, ctx)
-    return {"diagnosis": _builtin_diagnosis(ctx.evaluations.cached(state["parent"])).model_dump()}
+    parent = state["parent"]
+    return {"diagnosis": _builtin_diagnosis(ctx.evaluations.cached(parent), _evidence(ctx, parent)).model_dump()}
 
 
 def strategist(state: State, ctx: RunContext) -> State:
     if ctx.config.uses_model("strategist"):
         return _llm_strategist(state, ctx)
     rng = random.Random(f"{ctx.config.seed}/{state['step_id']}")
-    p = propose(ctx.run.kernel(state["parent"]), Diagnosis.model_validate(state["diagnosis"]),
-                state.get("lineage_gains") or {}, set(state.get("failed") or []), rng,
-                rank=state.get("sibling_rank") or 0)
-    return {"proposal": p.model_dump() if p else None}
+    source = ctx.run.kernel(state["parent"])
+    tried = set(state.get("failed") or [])
+    p = propose(source, Diagnosis.model_validate(state["diagnosis"]), state.get("lineage_gains") or {}, tried, rng,
+                rank=state.get("sibling_rank") or 0, plateaued=bool(state.get("plateaued")))
+    if p is None:
+        return {"proposal": None, "no_moves": no_moves_reason(source, tried)}
+    return {"proposal": p.model_dump()}
 
 
 def coder(state: State, ctx: RunContext) -> State:
     run = ctx.run
     if not state.get("proposal"):
-        return {"child": None, "coder": {"note": "no proposal: every move from this parent was tried"}}
+        return {"child": None, "coder": {"note": state.get("no_moves") or "no proposal"}}
     parent_src = run.kernel(state["parent"])
     proposal = Proposal.model_validate(state["proposal"])
     if ctx.config.uses_model("coder"):
         return _llm_coder(state, ctx, parent_src, proposal)
     try:
-        child_src = apply(parent_src, move_for(parent_src, proposal))
+        child_src = apply_proposal(parent_src, proposal)
     except (KeyError, ValueError) as e:
         return {"child": None, "coder": {"error": str(e)}}
     return {"child": run.put_kernel(child_src), "coder": {"policy": "builtin",
@@ -333,7 +403,10 @@ def archive_step(state: State, ctx: RunContext) -> State:
             continue
         key = (r.get("proposal") or {}).get("key") or "none"
         outcome = Outcome.model_validate(r["outcome"]) if r.get("outcome") else None
-        archive, step = admit(archive, r["parent"], key, outcome, step_id=r["step_id"])
+        archive, step = admit(archive, r["parent"], key, outcome, step_id=r["step_id"],
+                              predicted=(r.get("proposal") or {}).get("predicted_speedup"))
+        if step.decision == "elite":
+            _collect_evidence(ctx, step.child_id or "", cfg.device_for(r.get("branch") or 0))
         used = (r.get("llm") or {}).values()
         record = StepRecord.model_validate({
             **r, "step": step.step, "decision": step.model_dump(),
@@ -363,7 +436,8 @@ def archive_step(state: State, ctx: RunContext) -> State:
         # the builtin catalog proposing nothing means it is exhausted
         if stop is None and results and all(not r.get("proposal") and "strategist" not in (r.get("llm") or {})
                                             for r in results):
-            stop = "search exhausted: every move from every parent has been tried"
+            notes = [(r.get("coder") or {}).get("note") for r in results]
+            stop = "search exhausted: " + (next((n for n in notes if n), None) or "no parent has a move left")
         if stop is None and ctx.stop_requested:
             stop = STOPPED_ON_REQUEST
     run.update(steps=len(archive.steps), tokens=spent["tokens"], cost_usd=spent["cost_usd"],

@@ -10,7 +10,16 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 Bottleneck = Literal["memory", "compute", "latency", "occupancy", "spills", "unknown"]
-Category = Literal["tiling", "warps", "pipelining", "grouping", "fusion", "algorithm", "precision", "other"]
+Category = Literal["tiling", "warps", "pipelining", "grouping", "reduction", "fusion", "online", "persistent",
+                   "memory_access", "decomposition", "algorithm", "precision", "other"]
+"""Knob kinds (tiling: block sizes; warps; pipelining: stages; grouping: program-id swizzles) and structural
+kinds (reduction: split or multi-stage reductions; fusion: fewer kernels or passes over memory; online:
+one-pass algorithms such as online softmax or Welford; persistent: a grid of about one program per SM that
+loops over tiles; memory_access: vectorised, block-pointer or coalesced loads and stores, layouts;
+decomposition: a different split of the work over programs; algorithm: a different method altogether;
+precision: the arithmetic's types)."""
+STRUCTURAL: tuple[str, ...] = ("reduction", "fusion", "online", "persistent", "memory_access", "decomposition",
+                               "algorithm", "precision")
 
 
 class Diagnosis(BaseModel):
@@ -26,7 +35,8 @@ class Proposal(BaseModel):
     """Exactly one targeted change, with the effect it is predicted to have."""
 
     category: Category = Field(description="the kind of change")
-    what: str = Field(description="the change, concretely (e.g. 'BLOCK_N 1024 -> 2048')")
+    what: str = Field(description="the change, concretely (e.g. 'BLOCK_N 1024 -> 2048', or 'split each row over "
+                                  "8 programs: partial max/sum per chunk, then a merge kernel')")
     why: str = Field(description="how it addresses the diagnosis")
     predicted_speedup: float = Field(description="predicted child time / parent time as a speedup, e.g. 1.15")
     risk: Literal["low", "medium", "high"] = Field(default="low", description="how likely the change breaks correctness")

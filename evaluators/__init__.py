@@ -7,9 +7,10 @@ from .device import DeviceError, default_device, resolve_device
 from .evaluator import EvalPolicy, Evaluator
 from .pool import Limits, WorkerPool
 from .problem import Precision, Problem, ProblemError, load_problem, problem_from_source
+from .facts import DeviceFacts, render_facts
 from .result import Check, EvalResult, Reason, Timing
 
 __all__ = [
-    "Check", "DeviceError", "EvalPolicy", "EvalResult", "Evaluator", "Limits", "Precision", "Problem",
-    "ProblemError", "Reason", "Timing", "WorkerPool", "default_device", "load_problem", "problem_from_source", "resolve_device",
+    "Check", "DeviceError", "DeviceFacts", "EvalPolicy", "EvalResult", "Evaluator", "Limits", "Precision", "Problem",
+    "ProblemError", "Reason", "Timing", "WorkerPool", "default_device", "load_problem", "problem_from_source", "render_facts", "resolve_device",
 ]

@@ -30,6 +30,7 @@ from . import gpu_monitor, static
 from .baselines import BaselineTimer
 from .compare import degenerate_outputs
 from .device import resolve_device
+from .facts import DeviceFacts, cpu_facts, device_facts
 from .footprint import Footprint, estimate, meta_problem
 from .inputs import FAMILIES
 from .judge import (
@@ -313,7 +314,14 @@ class Evaluator:
 
     # -- the verdict ----------------------------------------------------------------------------------
 
-    def evaluate(self, source: str) -> EvalResult:
+    def evaluate(self, source: str, *, quick: bool = False) -> EvalResult:
+        """Judge a candidate: static check, trials against the reference, the run-time guards and, on CUDA
+        with timing on, the timed comparison with the baselines. Never raises: a failure of the judge is
+        verdict "error".
+
+        `quick`: the coder's quick check — one trial of the base family plus the problem's
+        `get_test_inputs()` sets (its general shapes), every guard, no timing. Not a verdict anyone should
+        trust for admission; it tells a draft's author about compile errors and wrong results in seconds."""
         t_start = time.monotonic()
         checks: list[Check] = []
         phases: dict[str, float] = {}
@@ -321,6 +329,7 @@ class Evaluator:
                             device=str(self.device))
         result.timing_unavailable = (
             "cpu mode runs Triton's interpreter: timings would be meaningless" if self.device.type == "cpu"
+            else "quick check: correctness only" if quick
             else "timing was switched off" if not self.policy.timing else "the candidate was rejected before timing"
         )
         worker: Worker | None = None
@@ -355,8 +364,8 @@ class Evaluator:
                 if self.device.type == "cuda":
                     why = info.get("ipc_error") or "switched off by policy"
                     checks.append(Check(name="transport", outcome="info", detail=f"host copies over the socket ({why})"))
-            self._run(worker, transport, source, result, checks, phases, plan)
-            if self.device.type == "cuda" and self.policy.timing:
+            self._run(worker, transport, source, result, checks, phases, plan, quick)
+            if self.device.type == "cuda" and self.policy.timing and not quick:
                 t0 = time.monotonic()
                 try:
                     if plan.timing_sets < 1:
@@ -439,7 +448,7 @@ class Evaluator:
         return self.policy.limits.scaled(self.reference.forward_s, self.device.type, reps)
 
     def _run(self, worker: Worker, transport: WireTransport | SharedTransport, source: str, result: EvalResult,
-             checks: list[Check], phases: dict[str, float], plan: Plan) -> None:
+             checks: list[Check], phases: dict[str, float], plan: Plan, quick: bool = False) -> None:
         ref = self.reference
         t0 = time.monotonic()
         header, _ = worker.request({"op": "load"}, self._load_payload(source), self._limits()["load_s"],
@@ -453,7 +462,8 @@ class Evaluator:
         result.tolerance, result.gold_precision = ref.base_tolerance, ref.gold_precision
         rng = random.Random(secrets.randbits(64))
         with self._ref_lock:
-            order = ref.schedule(self.policy.trials, self.policy.families)
+            order = ref.schedule(1, self.policy.families[:1]) if quick else \
+                ref.schedule(self.policy.trials, self.policy.families)
             battery = ref.new_battery()
         rng.shuffle(order)
         launches: dict[str, KernelLaunch] = {}
@@ -577,7 +587,30 @@ class Evaluator:
         judge_recheck(changed)
         checks.append(Check(name="recheck", outcome="pass", detail="earlier outputs unchanged"))
 
-    # -- profiles -------------------------------------------------------------------------------------
+    # -- profiles and facts ---------------------------------------------------------------------------
+
+    def device_facts(self) -> DeviceFacts:
+        """The device's facts for the roles (`facts.device_facts`), with the copy bandwidth at the size this
+        problem moves. Measures the device's peaks if no earlier timing did (seconds, once per device)."""
+        if self.device.type != "cuda":
+            return cpu_facts()
+        with self._ref_lock:
+            roof = self._roof
+        problem_bytes = roof["bytes"] if roof else None
+        if problem_bytes is None:
+            try:
+                model, meta_inputs = meta_problem(self.problem, self.precision.cast_dtype)
+                problem_bytes = count_work(model, meta_inputs).bytes
+            except Exception:  # noqa: BLE001 - an op the meta device cannot run: the size stays unknown
+                problem_bytes = None
+        try:
+            with measurement_lock(self.device):
+                peaks = device_peaks(self.device)
+        except Exception as e:  # noqa: BLE001 - facts are informative; say what is missing
+            facts = device_facts(self.device, problem_bytes, None, self.policy.timing)
+            facts.unavailable = f"the device's peaks could not be measured: {type(e).__name__}: {e}"[:300]
+            return facts
+        return device_facts(self.device, problem_bytes, peaks, self.policy.timing)
 
     def profile(self, source: str, ncu: bool = False, result: EvalResult | None = None) -> Profile:
         """Evaluate (unless `result` is given), then profile a verified candidate for the analyst

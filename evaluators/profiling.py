@@ -177,28 +177,42 @@ def _fmt_rate(bps: float) -> str:
 
 
 def render(profile: Profile, limit: int = 2500) -> str:
-    """A compact text rendering for prompts, bounded to `limit` characters."""
+    """A compact text rendering for prompts, bounded to `limit` characters: each figure says what it is, and
+    each missing source says why it is missing."""
     out: list[str] = []
     t = profile.timing
     if t:
-        line = f"time {t.median_ms:.4g} ms (p25 {t.p25_ms:.4g}, p75 {t.p75_ms:.4g}); eager {t.eager_ms:.4g} ms"
+        line = (f"device time per forward (median of {t.reps} timed repetitions, caches flushed): {t.median_ms:.4g} ms "
+                f"(p25 {t.p25_ms:.4g}, p75 {t.p75_ms:.4g}); PyTorch eager {t.eager_ms:.4g} ms")
         if t.compile_ms:
-            line += f"; torch.compile {t.compile_ms:.4g} ms"
-        out.append(line + f"; noise band {t.noise_band:.1%}")
+            line += f"; torch.compile ({t.compile_mode}) {t.compile_ms:.4g} ms"
+        out.append(line + f"; noise band ±{t.noise_band:.1%} (smaller differences are not real)")
         if t.floor_ms and t.fraction_of_floor is not None:
-            out.append(f"roofline floor {t.floor_ms:.4g} ms ({t.bound}-bound); achieved {t.fraction_of_floor:.0%} of it")
+            out.append(f"roofline floor (least time the problem's bytes and flops can take here) {t.floor_ms:.4g} ms, "
+                       f"{t.bound}-bound; this kernel achieves {t.fraction_of_floor:.0%} of it")
+        elif t.floor_unavailable:
+            out.append(f"roofline floor unavailable: {t.floor_unavailable}")
+    elif profile.verdict:
+        out.append(f"no timing ({profile.breakdown_unavailable or 'not timed'})")
+    if profile.kernels:
+        out.append("Triton kernels launched during verification (launches counted over every checked forward; "
+                   "grid = programs per launch; resources from the compiled kernel):")
     for k in profile.kernels[:6]:
         c = k.get("compiled") or {}
         res = ", ".join(f"{key} {c[key]}" for key in ("registers", "spills", "shared_bytes", "num_warps", "num_stages")
                         if key in c)
-        out.append(f"kernel {k['name']}: {k.get('launches', 0)} launches, grid {k.get('grids', [[]])[0] if k.get('grids') else '?'}"
-                   + (f"; {res}" if res else ""))
+        grids = k.get("grids") or []
+        out.append(f"- {k['name']}: {k.get('launches', 0)} launches, grid {grids[0] if grids else '?'}"
+                   + (f" (+{len(grids) - 1} other grids)" if len(grids) > 1 else "")
+                   + (f"; {res}" if res else "; compiled resources unavailable (nothing is compiled in Triton's "
+                      "interpreter)" if not c else ""))
     if profile.breakdown:
         parts = [f"{r.name[:40]} {r.total_us / max(r.calls, 1):.1f} µs×{r.calls} ({r.share:.0%})" for r in profile.breakdown[:5]]
-        out.append("device time: " + "; ".join(parts))
+        out.append("device time by kernel (torch.profiler, one input set): " + "; ".join(parts))
     elif profile.breakdown_unavailable:
         out.append(f"device-time breakdown unavailable: {profile.breakdown_unavailable}")
     if profile.ncu.available:
+        out.append("Nsight Compute (SOL = % of the unit's peak throughput; stalls in cycles per issued instruction):")
         for k in profile.ncu.kernels[:3]:
             m = k.metrics
             bits = []
@@ -212,7 +226,7 @@ def render(profile: Profile, limit: int = 2500) -> str:
             stalls = sorted(k.stalls.items(), key=lambda kv: -kv[1])[:3]
             if stalls:
                 bits.append("top stalls " + ", ".join(f"{n} {v:.1f}" for n, v in stalls))
-            out.append(f"ncu {k.name[:40]}: " + "; ".join(bits))
+            out.append(f"- {k.name[:40]}: " + "; ".join(bits))
     else:
         out.append(f"Nsight Compute unavailable: {profile.ncu.why}")
     text = "\n".join(out)

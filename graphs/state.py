@@ -41,7 +41,18 @@ class BranchState(TypedDict, total=False):
     lineage_gains: dict[str, list[float]]
     failed: list[str]
     history: list[dict[str, Any]]
-    """earlier steps on this parent's lineage: proposal key, verdict, measured delta, decision"""
+    """earlier steps on this parent's lineage: proposal key, verdict, measured delta, decision, predicted and
+    measured speedups"""
+    sibling_rank: int
+    """how many earlier branches of this generation share this parent"""
+    plateaued: bool
+    """the lineage's recent steps gained nothing: the builtin strategist adds pair moves"""
+    inspirations: list[dict[str, Any]]
+    """archive kernels to show beside the parent: id, why shown, measured numbers"""
+    predictions: str
+    """how the strategist's predictions held on this lineage, in a few lines"""
+    no_moves: str | None
+    """why the builtin strategist had nothing to propose, in one sentence"""
     diagnosis: dict[str, Any] | None
     proposal: dict[str, Any] | None
     child: str | None

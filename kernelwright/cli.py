@@ -42,6 +42,12 @@ class CompileMode(str, Enum):
     none = "none"
 
 
+class ProfileOpt(str, Enum):
+    auto = "auto"
+    torch = "torch"
+    off = "off"
+
+
 class PrecisionOpt(str, Enum):
     fp32 = "fp32"
     tf32 = "tf32"
@@ -207,6 +213,8 @@ def optimize_cmd(
     token_budget: Annotated[Optional[int], typer.Option("--token-budget", min=1, help="stop after this many model tokens (all roles)")] = None,
     cost_budget: Annotated[Optional[float], typer.Option("--cost-budget", min=0.0, help="stop after this much model spend, USD (needs --price)")] = None,
     price: Annotated[Optional[list[str]], typer.Option("--price", help="provider:model=IN/OUT, USD per million input/output tokens")] = None,
+    profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence: profile the seed and new elites (auto: with ncu when "
+                                                     "it can read counters; torch: torch.profiler only; off)")] = ProfileOpt.auto,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive."""
     from kernelwright import optimize as opt
@@ -216,7 +224,7 @@ def optimize_cmd(
             problem=problem, seed_kernel=seed_kernel, model=model, base_url=base_url, role_models=role_model or [],
             iterations=iterations, time_budget=time_budget, branches=branches, device=device,
             precision=precision.value if precision else None, trials=trials, run_dir=run_dir, resume=resume,
-            console=out, token_budget=token_budget, cost_budget=cost_budget, prices=price or [],
+            console=out, token_budget=token_budget, cost_budget=cost_budget, prices=price or [], profile=profile.value,
         )
     except opt.UsageError as e:
         raise _usage_error(str(e)) from None

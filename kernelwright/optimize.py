@@ -79,7 +79,8 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                  role_models: list[str], iterations: int, time_budget: str | None, branches: int, device: str | None,
                  precision: str | None, trials: int, run_dir: Path, resume: str | None,
                  console: Console, token_budget: int | None = None, cost_budget: float | None = None,
-                 prices: list[str] | None = None, models: dict[str, Any] | None = None) -> Summary:
+                 prices: list[str] | None = None, models: dict[str, Any] | None = None,
+                 profile: str = "auto") -> Summary:
     """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
     view, and the first Ctrl-C asks it to stop after the generation in flight."""
     from kernelwright.agents.context import RunConfig
@@ -94,7 +95,8 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
         config = RunConfig(device=device or "", precision=precision, branches=branches, iterations=iterations,
                            time_budget_s=parse_duration(time_budget) if time_budget else None, trials=trials,
                            model=model, base_url=base_url, role_models=parse_role_models(role_models),
-                           token_budget=token_budget, cost_budget_usd=cost_budget, prices=parse_prices(prices or []))
+                           token_budget=token_budget, cost_budget_usd=cost_budget, prices=parse_prices(prices or []),
+                           profile=profile)
         handle = api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir, models=models)
     previous = signal.getsignal(signal.SIGINT)
 

@@ -18,3 +18,10 @@ def load(name: str) -> str:
     if not path.is_file():
         raise KeyError(f"no prompt named {name!r}")
     return path.read_text()
+
+
+@cache
+def playbook() -> str:
+    """The Triton-on-NVIDIA playbook (`playbook.md`): symptom -> move -> what it did, each entry citing its
+    measurement in BENCHMARKS.md."""
+    return (_HERE / "playbook.md").read_text()

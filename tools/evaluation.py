@@ -7,10 +7,12 @@ Run-scoped on purpose: two runs in one process never share an evaluator, a polic
 
 from __future__ import annotations
 
+import json
 import threading
 
-from kernelwright.evaluators import EvalPolicy, EvalResult, Evaluator, problem_from_source
-from kernelwright.evaluators.profiling import Profile
+from kernelwright.evaluators import DeviceFacts, EvalPolicy, EvalResult, Evaluator, problem_from_source
+from kernelwright.evaluators.facts import cpu_facts
+from kernelwright.evaluators.profiling import NcuReport, Profile, ncu_unavailable_reason
 
 from .runstore import Run
 
@@ -23,6 +25,7 @@ class Evaluations:
         self.precision = precision
         self.trials, self.spares = trials, spares
         self._evaluators: dict[str, Evaluator] = {}
+        self._facts: dict[str, DeviceFacts] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -53,10 +56,60 @@ class Evaluations:
             self.run.put_eval(h, result.model_dump(mode="json"))
         return h, result
 
+    def quick(self, source: str, device: str) -> EvalResult:
+        """The coder's quick check of a draft: one trial of the base inputs plus the problem's
+        `get_test_inputs()` sets, every guard, no timing (`Evaluator.evaluate(quick=True)`), in this run's
+        evaluator and its workers. Not cached: a draft is not a candidate, and its verdict admits nothing."""
+        return self.evaluator(device).evaluate(source, quick=True)
+
+    def facts(self, device: str) -> DeviceFacts:
+        """The device's facts (`evaluators.facts`), read once per device per run."""
+        if device == "cpu":
+            return cpu_facts()
+        if device not in self._facts:
+            self._facts[device] = self.evaluator(device).device_facts()
+        return self._facts[device]
+
     def profile(self, h: str, device: str, ncu: bool = False) -> Profile:
         """The analyst's view of a kernel of this run: its verdict and timing, the kernels it launched, the
         device-time breakdown of a profiled run and, with `ncu`, Nsight Compute's counters."""
         return self.evaluator(device).profile(self.run.kernel(h), ncu=ncu, result=self.cached(h))
+
+    def collect_evidence(self, h: str, device: str, ncu: bool = True) -> Profile:
+        """Profile kernel `h` (a verified, timed kernel of this run) and keep the profile in the run
+        directory (`profiles/<h>.json`), where `evidence` finds it; `ncu` only when Nsight Compute exists.
+        A profile that fails says why in its fields; it never raises for the candidate's sake."""
+        why = ncu_unavailable_reason() if ncu else "not requested for this run (--profile torch)"
+        prof = self.profile(h, device, ncu=ncu and why is None)
+        if why and not prof.ncu.available:
+            prof.ncu = NcuReport(available=False, why=why)
+        self.run.put_blob("profiles", f"{h}.json", prof.model_dump_json(indent=1))
+        return prof
+
+    def evidence(self, h: str) -> Profile:
+        """What is known of kernel `h` without running anything: its stored profile (the seed's and each
+        admitted elite's on a GPU), else its verdict, timing and launched kernels with why the rest is missing."""
+        path = self.run.path / "profiles" / f"{h}.json"
+        if path.exists():
+            try:
+                return Profile.model_validate(json.loads(path.read_text()))
+            except ValueError:
+                pass  # an unreadable profile is treated as none
+        result = self.cached(h)
+        prof = Profile(verdict=result.verdict if result else "", reason=str(result.reason) if result else "",
+                       timing=result.timing if result else None,
+                       kernels=[k.model_dump() for k in result.kernels] if result else [])
+        if result is None:
+            why = "this kernel was not judged in this run"
+        elif result.device == "cpu":
+            why = "no GPU: kernels ran in Triton's interpreter, so no device time or counters exist"
+        elif result.timing is None:
+            why = f"not timed ({result.timing_unavailable})"
+        else:
+            why = "not profiled: only the seed and each newly admitted elite are profiled"
+        prof.breakdown_unavailable = why
+        prof.ncu = NcuReport(available=False, why=why)
+        return prof
 
     def close(self) -> None:
         with self._lock:

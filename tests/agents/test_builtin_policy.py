@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernelwright.agents.builtin import diagnose, move_for, move_kind, propose
-from kernelwright.agents.moves import Move, apply, catalog, knobs
+from kernelwright.agents.moves import Move, apply, catalog, knobs, pair_catalog
 from kernelwright.evaluators import Timing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,10 @@ def test_proposals_follow_the_diagnosis_and_skip_failed_moves() -> None:
     assert p is not None and p.key == "BLOCK_N=512"
     p2 = propose(src, spills, {}, {"BLOCK_N=512"}, random.Random(0))
     assert p2 is not None and p2.key == "NUM_WARPS=8"
-    everything = {m.key for m in catalog(src)}
+    singles = {m.key for m in catalog(src)}
+    p3 = propose(src, spills, {}, singles, random.Random(0))  # every single move tried: two knobs at once
+    assert p3 is not None and "," in p3.key and p3.key in {q.key for q in pair_catalog(src)}
+    everything = singles | {q.key for q in pair_catalog(src)}
     assert propose(src, spills, {}, everything, random.Random(0)) is None
 
 

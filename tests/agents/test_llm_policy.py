@@ -21,11 +21,17 @@ SEED = (Path(__file__).resolve().parents[1] / "graphs" / "add_seed.py").read_tex
 
 
 def test_prompts_fill_with_their_fields() -> None:
-    a = prompts.load("analyst").format(problem="P", parent="K", evaluation="E", profile="F")
+    a = prompts.load("analyst").format(problem="P", parent="K", evaluation="E", profile="F", facts="G")
     s = prompts.load("strategist").format(problem="P", parent="K", evaluation="E", diagnosis="D", history="H",
-                                          failed="X", siblings="S")
-    c = prompts.load("coder").format(problem="P", parent="K", diagnosis="D", proposal="Q")
-    assert "Diagnosis tool" in a and "Proposal tool" in s and "search_replace" in c
+                                          failed="X", siblings="S", facts="G", evidence="V", inspirations="I",
+                                          predictions="R", playbook="B")
+    c = prompts.load("coder").format(problem="P", parent="K", diagnosis="D", proposal="Q", facts="G",
+                                     inspirations="I", quick_check="C")
+    w = prompts.load("writer").format(problem="P", facts="G", quick_check="C")
+    assert "Diagnosis tool" in a and "Proposal tool" in s and "search_replace" in c and "write_kernel" in w
+    # every field a template names is filled: no stray braces remain
+    for text in (a, s, c, w):
+        assert "{" not in text.replace("{{", "") or "```" in text
     with pytest.raises(KeyError):
         prompts.load("nobody")
 

@@ -458,8 +458,10 @@ def test_render_stays_bounded() -> None:
     prof = _big_profile()
     text = render(prof)
     assert len(text) <= 2500
-    assert text.startswith("time 0.1 ms"), text[:200]
-    assert "roofline floor 0.05 ms (memory-bound)" in text
+    assert text.startswith("device time per forward (median of 30 timed repetitions, caches flushed): 0.1 ms"), text[:200]
+    assert "noise band ±2.0% (smaller differences are not real)" in text
+    assert "roofline floor (least time the problem's bytes and flops can take here) 0.05 ms, memory-bound" in text
+    assert "achieves 50% of it" in text
     small = render(prof, limit=300)
     assert len(small) <= 300 and small.endswith("[truncated]")
     prof.kernels = [{"name": "k" * 20_000, "launches": 1}]
@@ -474,11 +476,22 @@ def test_render_says_why_things_are_unavailable() -> None:
     assert "Nsight Compute unavailable: ncu is not installed or not on PATH" in text
 
 
+def test_render_explains_interpreter_kernels() -> None:
+    """On the CPU a launch record has no compiled resources: the rendering says why instead of `{}`."""
+    prof = Profile(verdict="pass", kernels=[{"name": "_row_stats", "launches": 20, "grids": [[8, 1, 1], [3, 1, 1]]}],
+                   breakdown_unavailable="no GPU: kernels ran in Triton's interpreter")
+    text = render(prof)
+    assert "launches counted over every checked forward" in text
+    assert "- _row_stats: 20 launches, grid [8, 1, 1] (+1 other grids); compiled resources unavailable" in text
+    assert "{}" not in text
+
+
 def test_render_shows_recorded_ncu_metrics() -> None:
     kernels = parse_ncu_csv((DATA / "ncu_raw_h100.csv").read_text())
     text = render(Profile(ncu=NcuReport(available=True, kernels=kernels)))
     assert "unavailable" not in text
-    assert text.count("ncu ") == 2
+    assert text.count("\n- ") == 2  # one line per profiled kernel, under the Nsight Compute header
+    assert text.startswith("Nsight Compute (SOL = % of the unit's peak throughput")
     assert "duration 42.3 µs" in text and "DRAM 1.05 TB/s" in text
     assert "top stalls not_selected 3.7, wait 1.9, math_pipe_throttle 1.8" in text
 

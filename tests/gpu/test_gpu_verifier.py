@@ -74,3 +74,28 @@ def test_device_out_of_memory_is_a_verdict(evaluator):
 def test_host_round_trip_is_forbidden(evaluator):
     r, _ = _eval(evaluator, "host_roundtrip.py")
     assert r.reason in (Reason.FORBIDDEN_OP, Reason.FORBIDDEN_CALL), f"{r.reason}: {r.detail}"
+
+
+def test_quick_check_judges_correctness_without_timing(evaluator):
+    """The coder's quick check (issue 10): the same guards on fewer input sets, no timing, faster than a full
+    verification; a wrong kernel fails it the same way."""
+    honest = (HERE / "honest_add.py").read_text()
+    full, full_s = _eval(evaluator, "honest_add.py")
+    t0 = time.monotonic()
+    quick = evaluator.evaluate(honest, quick=True)
+    quick_s = time.monotonic() - t0
+    assert quick.passed and quick.timing is None and quick.timing_unavailable == "quick check: correctness only"
+    assert full.timing is not None and len(quick.trials) < len(full.trials)
+    assert quick_s < full_s, (quick_s, full_s)
+    r = evaluator.evaluate((HERE / "unwritten_output.py").read_text(), quick=True)
+    assert r.reason == Reason.STALE_OUTPUT, f"{r.reason}: {r.detail}"
+
+
+def test_device_facts_name_the_gpu(evaluator):
+    from kernelwright.evaluators import render_facts
+
+    f = evaluator.device_facts()
+    assert f.timed and f.sms and f.sms > 0 and f.l2_bytes and f.smem_per_sm_bytes and f.regs_per_sm
+    assert f.peak_copy_bytes_per_s and f.matmul_flops.get("bf16") and f.problem_bytes
+    text = render_facts(f)
+    assert f.name in text and f"{f.sms} SMs" in text and "measured copy bandwidth" in text

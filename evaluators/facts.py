@@ -1,0 +1,123 @@
+"""The device's facts, as the roles are shown them: which GPU, its SMs, L2, shared memory and registers per
+SM, the copy bandwidth measured at this problem's size and the matmul peaks the roofline floor comes from,
+and what can be admitted on it. On the CPU: that nothing is timed, and what that means for a step.
+
+Pure data plus one collector (`device_facts`) and one renderer (`render_facts`); the peaks come from
+`roofline.device_peaks` (measured once per device and cached), the rest from the CUDA driver's properties.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    import torch
+
+    from .roofline import Peaks
+
+CPU_ADMISSION = (
+    "This run is on the CPU: kernels run in Triton's interpreter, so nothing is timed. A child that passes "
+    "verification is kept as 'unmeasured' (correct, unranked) and a later step builds on it; no child can be "
+    "shown faster here, so aim for a correct, well-structured change whose speed a GPU run will measure.")
+GPU_ADMISSION = (
+    "A child is admitted as an elite when it is verified correct, its timing is not suspect, and it is faster "
+    "than its parent by more than the measurement's noise band; a child no slower than its parent that is "
+    "structurally new (different warps, stages, block size or bound) may fill an empty niche instead.")
+
+
+class DeviceFacts(BaseModel):
+    """What a role is told about the device its candidates are judged on."""
+
+    device: str = Field(description="cpu or cuda:N")
+    name: str = Field(description="the device's name")
+    timed: bool = Field(description="whether candidates are timed on it")
+    admission: str = Field(description="what can be admitted on this device, in two sentences")
+    compute_capability: str | None = None
+    sms: int | None = Field(default=None, description="streaming multiprocessors")
+    l2_bytes: int | None = None
+    smem_per_sm_bytes: int | None = Field(default=None, description="shared memory per SM")
+    smem_per_block_bytes: int | None = Field(default=None, description="shared memory one program may opt into")
+    regs_per_sm: int | None = Field(default=None, description="32-bit registers per SM")
+    max_threads_per_sm: int | None = None
+    memory_bytes: int | None = None
+    problem_bytes: float | None = Field(default=None, description="bytes the reference's forward reads and writes")
+    copy_bytes_per_s: float | None = Field(default=None, description="measured device copy bandwidth at that size")
+    peak_copy_bytes_per_s: float | None = Field(default=None, description="best measured copy bandwidth, any size")
+    matmul_flops: dict[str, float] = Field(default_factory=dict, description="measured matmul FLOP/s per precision")
+    unavailable: str | None = Field(default=None, description="what could not be read, and why")
+
+
+def cpu_facts() -> DeviceFacts:
+    return DeviceFacts(device="cpu", name="CPU (Triton interpreter)", timed=False, admission=CPU_ADMISSION)
+
+
+def device_facts(device: torch.device, problem_bytes: float | None = None, peaks: Peaks | None = None,
+                 timed: bool = True) -> DeviceFacts:
+    """The facts of `device`: driver properties, and from `peaks` (measured; None: not measured yet) the
+    copy bandwidth at `problem_bytes` and the matmul peaks."""
+    if device.type != "cuda":
+        return cpu_facts()
+    import torch
+
+    p = torch.cuda.get_device_properties(device)
+    facts = DeviceFacts(
+        device=str(device), name=p.name, timed=timed,
+        admission=GPU_ADMISSION if timed else "Timing is switched off for this run: no child can be admitted as faster.",
+        compute_capability=f"{p.major}.{p.minor}", sms=p.multi_processor_count,
+        l2_bytes=getattr(p, "L2_cache_size", None) or None,
+        smem_per_sm_bytes=getattr(p, "shared_memory_per_multiprocessor", None) or None,
+        smem_per_block_bytes=getattr(p, "shared_memory_per_block_optin", None) or None,
+        regs_per_sm=getattr(p, "regs_per_multiprocessor", None) or None,
+        max_threads_per_sm=getattr(p, "max_threads_per_multi_processor", None) or None,
+        memory_bytes=p.total_memory, problem_bytes=problem_bytes)
+    if peaks is None:
+        facts.unavailable = "bandwidth and matmul peaks: not measured yet (they are measured with the first timing)"
+        return facts
+    facts.peak_copy_bytes_per_s = max([r for _, r in peaks.copy_curve] or [peaks.copy_bytes_per_s])
+    if problem_bytes:
+        facts.copy_bytes_per_s = peaks.bandwidth_at(problem_bytes)
+    facts.matmul_flops = {k: getattr(peaks, f"{k}_flops") for k in ("fp32", "tf32", "bf16", "fp16")}
+    return facts
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def render_facts(f: DeviceFacts) -> str:
+    """A few lines for a prompt (under 900 characters)."""
+    if not f.timed and f.device == "cpu":
+        return f"device: {f.name}; nothing is timed here.\n{f.admission}"
+    lines = [f"device: {f.name} ({f.device}, compute capability {f.compute_capability})"]
+    res = []
+    if f.sms:
+        res.append(f"{f.sms} SMs")
+    if f.l2_bytes:
+        res.append(f"L2 {_size(f.l2_bytes)}")
+    if f.smem_per_sm_bytes:
+        res.append(f"shared memory {_size(f.smem_per_sm_bytes)}/SM"
+                   + (f" ({_size(f.smem_per_block_bytes)} per program)" if f.smem_per_block_bytes else ""))
+    if f.regs_per_sm:
+        res.append(f"{f.regs_per_sm} registers/SM")
+    if f.max_threads_per_sm:
+        res.append(f"{f.max_threads_per_sm} threads/SM ({f.max_threads_per_sm // 32} warps)")
+    if f.memory_bytes:
+        res.append(f"{_size(f.memory_bytes)} memory")
+    if res:
+        lines.append(", ".join(res))
+    if f.copy_bytes_per_s and f.problem_bytes:
+        lines.append(f"this problem moves {_size(f.problem_bytes)} at least; measured copy bandwidth at that size "
+                     f"{f.copy_bytes_per_s / 1e9:.0f} GB/s (best at any size {(f.peak_copy_bytes_per_s or 0) / 1e9:.0f} GB/s)")
+    elif f.peak_copy_bytes_per_s:
+        lines.append(f"measured copy bandwidth up to {f.peak_copy_bytes_per_s / 1e9:.0f} GB/s")
+    if f.matmul_flops:
+        lines.append("measured matmul peaks: " + ", ".join(f"{k} {v / 1e12:.0f} TFLOP/s" for k, v in f.matmul_flops.items()))
+    if f.unavailable:
+        lines.append(f"unavailable: {f.unavailable}")
+    lines.append(f.admission)
+    return "\n".join(lines)
