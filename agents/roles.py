@@ -334,7 +334,9 @@ def analyst(state: State, ctx: RunContext) -> State:
 def strategist(state: State, ctx: RunContext) -> State:
     if ctx.config.uses_model("strategist"):
         return _llm_strategist(state, ctx)
-    rng = random.Random(f"{ctx.config.seed}/{state['step_id']}")
+    # one ordering per (generation, parent): siblings on the same parent rank the same moves the same way, so
+    # `sibling_rank` gives each a different one (ties are broken at random, but identically for siblings)
+    rng = random.Random(f"{ctx.config.seed}/{state['generation']}/{state['parent']}")
     source = ctx.run.kernel(state["parent"])
     tried = set(state.get("failed") or [])
     p = propose(source, Diagnosis.model_validate(state["diagnosis"]), state.get("lineage_gains") or {}, tried, rng,

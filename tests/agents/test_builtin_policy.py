@@ -112,3 +112,22 @@ def test_lineage_gains_steer_the_choice() -> None:
     assert move_kind(move_for(src, p)) == "warps-"
     with pytest.raises(KeyError):
         move_for("X = 1\n", p)
+
+
+def test_sibling_branches_on_one_parent_take_different_moves() -> None:
+    """Siblings rank the moves identically (one random tie-break per generation and parent), so each rank is
+    a different move, even when the diagnosis leaves several moves tied (measured on the H100: two branches
+    on the softmax seed both took NUM_STAGES=1 when each broke ties with its own random order)."""
+    from types import SimpleNamespace
+
+    from kernelwright.agents import roles
+    from kernelwright.agents.context import RunConfig
+
+    src = (Path(__file__).resolve().parents[2] / "examples" / "softmax" / "seed.py").read_text()
+    ctx = SimpleNamespace(config=RunConfig(), run=SimpleNamespace(kernel=lambda h: src))
+    occupancy = {"bottleneck": "occupancy", "evidence": [], "headroom": None, "summary": "low occupancy"}
+    for generation in range(1, 6):
+        keys = [roles.strategist({"step_id": f"g{generation}b{i}", "generation": generation, "parent": "p",
+                                  "diagnosis": occupancy, "sibling_rank": i}, ctx)["proposal"]["key"]
+                for i in range(3)]
+        assert len(set(keys)) == 3, keys
