@@ -104,6 +104,7 @@ class Profile(BaseModel):
     verdict: str = ""
     reason: str = ""
     text: str = ""
+    collect_s: float | None = Field(default=None, description="wall seconds spent collecting this profile in the loop")
 
 
 def ncu_unavailable_reason() -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 from kernelwright.evaluators import DeviceFacts, EvalPolicy, EvalResult, Evaluator, problem_from_source
 from kernelwright.evaluators.facts import cpu_facts
@@ -79,10 +80,12 @@ class Evaluations:
         """Profile kernel `h` (a verified, timed kernel of this run) and keep the profile in the run
         directory (`profiles/<h>.json`), where `evidence` finds it; `ncu` only when Nsight Compute exists.
         A profile that fails says why in its fields; it never raises for the candidate's sake."""
+        t0 = time.monotonic()
         why = ncu_unavailable_reason() if ncu else "not requested for this run (--profile torch)"
         prof = self.profile(h, device, ncu=ncu and why is None)
         if why and not prof.ncu.available:
             prof.ncu = NcuReport(available=False, why=why)
+        prof.collect_s = round(time.monotonic() - t0, 3)
         self.run.put_blob("profiles", f"{h}.json", prof.model_dump_json(indent=1))
         return prof
 
