@@ -166,3 +166,22 @@ def test_the_coder_tools_schemas() -> None:
     assert schemas == {"view_kernel": ["end", "start"], "search_replace": ["new", "old"], "write_kernel": ["source"],
                        "quick_check": [], "finish": []}
     assert all(t.description for t in tools)
+
+
+def test_every_playbook_entry_cites_a_measurement() -> None:
+    """Each entry of prompts/playbook.md names the BENCHMARKS.md row it rests on: [P probe] for a playbook
+    probe, [L problem] for a builtin-policy run; every name cited exists in that section."""
+    import re
+
+    text = prompts.playbook()
+    bench = (Path(__file__).resolve().parents[2] / "BENCHMARKS.md").read_text()
+    section = bench.split("## The loop's reach and evidence (issue 10)")[1].split("\n## ")[0]
+    entries = re.split(r"\n(?=\d+\. )", text)[1:]
+    assert len(entries) >= 8
+    for e in entries:
+        cites = re.findall(r"\[(P|L) ([^\]]+)\]", e)
+        assert cites, f"no measurement cited: {e[:80]}"
+        for kind, names in cites:
+            for name in re.split(r",\s*", names.split(":")[0]):
+                row = f"| {name} (" if kind == "P" else name
+                assert row in section, f"{e[:40]}… cites {kind} {name!r}, which BENCHMARKS.md does not have"
