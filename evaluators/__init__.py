@@ -5,9 +5,9 @@ Knows torch and triton; nothing of agents or graphs. The public surface is below
 
 from .device import DeviceError, default_device, resolve_device
 from .evaluator import EvalPolicy, Evaluator
+from .facts import DeviceFacts, render_facts
 from .pool import Limits, WorkerPool
 from .problem import Precision, Problem, ProblemError, load_problem, problem_from_source
-from .facts import DeviceFacts, render_facts
 from .result import Check, EvalResult, Reason, Timing
 
 __all__ = [

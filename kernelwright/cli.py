@@ -285,7 +285,10 @@ def trace_cmd(
         out.print(f"  proposal: {p.what} (predicted {p.predicted_speedup}x): {p.why}" if p else "  proposal: -",
                   markup=False)
         out.print(f"  verifier: {r.verdict} {r.result.reason if r.result else ''}", markup=False)
-        out.print(f"  archive: {r.decision.decision}: {r.decision.why}", markup=False)
+        d = r.decision
+        measured = f"measured {d.measured_speedup:.3f}x" if d.measured_speedup is not None else "not timed"
+        predicted = f", predicted {d.predicted_speedup}x" if d.predicted_speedup is not None else ""
+        out.print(f"  archive: {d.decision} ({measured}{predicted}): {d.why}", markup=False)
         if r.coder.diff:
             out.print(r.coder.diff.rstrip(), markup=False, highlight=False)
 

@@ -144,3 +144,21 @@ def test_builtin_policy_moves_launch_literal_knobs(tmp_path: Path) -> None:
                                                       "_normalize.num_warps"}, r["proposal"]
         assert r["verdict"] == "pass" and r["decision"]["decision"] == "unmeasured", r["decision"]
         assert r["coder"]["diff"].count("\n+") >= 1
+
+
+def test_a_kernel_with_nothing_to_tune_says_so(tmp_path: Path) -> None:
+    """Block sizes computed at run time are no knobs: the builtin run ends with one honest sentence saying
+    what it looks for, not 'every move was tried' (issue 10)."""
+    seed = tmp_path / "computed.py"
+    seed.write_text(SEED.read_text().replace("BLOCK = 256\nNUM_WARPS = 4\n", "").replace(
+        "add_kernel[(triton.cdiv(n, BLOCK),)](x, y, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS)",
+        "block = triton.next_power_of_2(min(n, 1024))\n"
+        "        add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block, num_warps=4 if block < 1024 else 8)"))
+    p = optimize(tmp_path / "runs", str(PROBLEM), "--seed-kernel", str(seed), "--iterations", "4", "--branches", "1",
+                 "--device", "cpu", "--trials", "1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    (info,) = RunStore(tmp_path / "runs").list()
+    assert info.steps == 1 and info.stop_reason.startswith("search exhausted: "), info.stop_reason
+    assert "next_power_of_2" in info.stop_reason and "every move" not in info.stop_reason
+    (rec,) = RunStore(tmp_path / "runs").open(info.id).trace()
+    assert rec["proposal"] is None and rec["coder"]["note"] == info.stop_reason.removeprefix("search exhausted: ")
