@@ -86,6 +86,10 @@ class TrialRecord(BaseModel):
     trial: int
     max_rel_error: float | None = None
     norm_rel_error: float | None = None
+    reference_error: float | None = None
+    """PyTorch's own error (the problem's precision against the gold) on this trial's inputs, where measured"""
+    tolerance: float | None = None
+    """the tolerance this trial was judged with"""
     passed: bool = False
 
 

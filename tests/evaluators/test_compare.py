@@ -235,3 +235,42 @@ def test_sliced_degenerate_flags_and_bitwise_checks(tiny_chunks: None) -> None:
     assert bitwise_equal(x, y) and fingerprint(x) == fingerprint(y)
     y.view(-1)[399] = -y.view(-1)[399]
     assert not bitwise_equal(x, y) and fingerprint(x) != fingerprint(y)
+
+
+def test_a_sensitive_family_is_calibrated_on_every_trial(tmp_path) -> None:
+    """Where PyTorch's own result already deviates beyond the base tolerance (its error depends on the draw,
+    e.g. sharply scaled attention logits), every trial measures PyTorch's error on its own inputs and the
+    family's tolerance follows the sharpest draw so far; elsewhere only the first few trials are measured.
+    (On the H100 an honest fp32 attention kernel failed a `scaled` trial whose tolerance had been set by three
+    milder draws.)"""
+    import torch
+
+    from kernelwright.evaluators import load_problem
+    from kernelwright.evaluators.reference import CALIBRATION_TRIALS, ReferenceSession
+
+    path = tmp_path / "problem.py"
+    path.write_text("import torch, torch.nn as nn\n"
+                    "class Model(nn.Module):\n"
+                    "    def forward(self, x):\n        return x * 2.0\n"
+                    "def get_inputs():\n    return [torch.randn(64)]\n"
+                    "def get_init_inputs():\n    return []\n")
+    ref = ReferenceSession(load_problem(path), torch.device("cpu"), seed=3)
+    b = ref.new_battery()
+    n = CALIBRATION_TRIALS + 3
+    plain = [ref.trial("base", i, b) for i in range(n)]
+    assert [t.native_measured for t in plain] == [True] * CALIBRATION_TRIALS + [False] * 3
+    assert not ref.sensitive("base")
+    ref.family_error["scaled"] = ref.base_tolerance  # PyTorch deviated by the whole base tolerance on it
+    assert ref.sensitive("scaled")
+    scaled = [ref.trial("scaled", i, b) for i in range(n)]
+    assert all(t.native_measured for t in scaled)
+    assert all(t.tolerance >= 2 * ref.base_tolerance for t in scaled)
+    # past its calibration, a draw's own error sets its tolerance, and a draw on which PyTorch is too far
+    # off is skipped alone: the family stays judged
+    made = ref._make_trial("scaled", 99, ref.draw("scaled", 99, b))
+    assert made is not None and not made[0].calibrating
+    sharp = ref._judge_own_draw(made[0], 3 * ref.base_tolerance, ref.base_tolerance)
+    assert sharp is not None and sharp.tolerance == pytest.approx(6 * ref.base_tolerance)
+    assert ref._judge_own_draw(made[0], 20 * ref.base_tolerance, ref.base_tolerance) is None
+    assert "scaled" not in ref.skipped and ref.skipped_draws == {"scaled": 1}
+    assert ref.trial("scaled", 100, b) is not None
