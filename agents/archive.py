@@ -328,6 +328,9 @@ def prediction_record(archive: Archive, kernel: str) -> str:
     timed = [(p, m) for _, _, p, m in pairs if m is not None]
     if not pairs:
         return "(no predictions on this lineage yet)"
+    if not timed:
+        return (f"(nothing on this lineage has been timed yet: {len(pairs)} prediction(s) await a GPU measurement; "
+                "the history above lists them)")
     lines = [f"{sid} {key}: predicted {p:.2f}x, measured " + (f"{m:.2f}x" if m is not None else "nothing (not timed)")
              for sid, key, p, m in pairs[-8:]]
     if timed:
@@ -338,21 +341,34 @@ def prediction_record(archive: Archive, kernel: str) -> str:
 
 
 def inspirations(archive: Archive, parent: str, best: int = 2, diverse: int = 2) -> list[tuple[str, Entry]]:
-    """Kernels worth showing beside the parent, each with why it is shown: the best elites that are not the
-    parent; niche occupants from cells other than the parent's (structural diversity), fastest first; and,
+    """Kernels worth showing beside the parent, each with why it is shown (never the parent or its ancestors):
+    the best timed elites; niche occupants from cells other than the parent's (structural diversity), fastest first; and,
     where those leave room (on the CPU nothing is ranked), verified but untimed kernels, newest first."""
-    chosen: list[tuple[str, Entry]] = [(f"elite #{r + 1}", archive.entries[i])
-                                       for r, i in enumerate(archive.elites) if i != parent][:best]
+    line = set(lineage(archive, parent))  # the parent and its ancestors: the prompt shows them already
+    chosen: list[tuple[str, Entry]] = [(f"elite #{r + 1}", archive.entries[i]) for r, i in enumerate(archive.elites)
+                                       if i not in line and archive.entries[i].median_ms is not None][:best]
     pcell = archive.entries[parent].cell if parent in archive.entries else None
     others = [archive.entries[i] for key, i in sorted(archive.niches.items())
-              if i != parent and i not in archive.elites and archive.entries[i].cell != pcell]
+              if i not in line and i not in archive.elites and archive.entries[i].cell != pcell]
     others.sort(key=lambda e: -e.score)
     chosen += [("niche (structurally different)", e) for e in others[:diverse]]
     room = best + diverse - len(chosen)
-    line = set(lineage(archive, parent))
     untimed = [archive.entries[i] for i in reversed(archive.unmeasured) if i not in line]
     chosen += [("verified, not timed", e) for e in untimed[:max(0, room)]]
     return chosen
+
+
+def describe(archive: Archive, kernel: str) -> str:
+    """One line naming a kernel for a prompt: its hash, where it came from, and what is known of its speed."""
+    e = archive.entries.get(kernel)
+    if e is None:
+        return kernel[:12]
+    made_by = next((s for s in reversed(archive.steps) if s.child_id == kernel), None)
+    origin = "the seed" if e.parent_id is None else (
+        f"the child of step {made_by.step_id or made_by.step} ({made_by.proposal_key})" if made_by else "a child")
+    speed = (f"{e.median_ms:.4g} ms" + (f", {e.speedup_vs_eager:.2f}x eager" if e.speedup_vs_eager else "")
+             if e.median_ms is not None else "verified correct, not timed")
+    return f"{kernel[:12]}: {origin}; {speed}"
 
 
 def tried_on(archive: Archive, parent: str) -> list[str]:

@@ -331,9 +331,10 @@ def _log(transcript: list[dict[str, Any]] | None, msg: BaseMessage) -> None:
 
 
 def analyse(model: BaseChatModel, *, problem: str, parent: str, evaluation: str, profile: str, usage: Usage,
-            facts: str = "(not given)", transcript: list[dict[str, Any]] | None = None) -> Diagnosis:
+            facts: str = "(not given)", transcript: list[dict[str, Any]] | None = None,
+            parent_label: str = "the kernel to improve") -> Diagnosis:
     prompt = prompts.load("analyst").format(problem=problem, parent=parent, evaluation=evaluation, profile=profile,
-                                            facts=facts)
+                                            facts=facts, parent_label=parent_label)
     return structured(model, Diagnosis, prompt, usage, transcript=transcript)  # type: ignore[return-value]
 
 
@@ -341,7 +342,7 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: s
                history: str, failed: list[str], usage: Usage,
                transcript: list[dict[str, Any]] | None = None, sibling_rank: int = 0, facts: str = "(not given)",
                evidence: str = "(not given)", inspirations: str = "(none)", predictions: str = "(none)",
-               playbook: str | None = None) -> Proposal:
+               playbook: str | None = None, parent_label: str = "the kernel to improve") -> Proposal:
     siblings = ("(none: this is the only branch on this parent)" if sibling_rank == 0 else
                 f"{sibling_rank} other branch(es) work on this same parent right now and take your most promising "
                 f"idea(s); to keep the branches distinct, propose your choice number {sibling_rank + 1} in order of "
@@ -349,7 +350,7 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: s
     prompt = prompts.load("strategist").format(
         problem=problem, parent=parent, evaluation=evaluation, diagnosis=diagnosis.model_dump_json(indent=1),
         history=history or "(none yet)", failed=", ".join(failed) or "(none)", siblings=siblings, facts=facts,
-        evidence=evidence, inspirations=inspirations, predictions=predictions,
+        evidence=evidence, inspirations=inspirations, predictions=predictions, parent_label=parent_label,
         playbook=playbook if playbook is not None else clip(prompts.playbook(), PLAYBOOK_CHARS))
     p: Proposal = structured(model, Proposal, prompt, usage, transcript=transcript)  # type: ignore[assignment]
     if p.key in failed:
@@ -368,14 +369,25 @@ QUICK_CHECK_GPU = ("compile the current kernel and run it on the GPU on one inpu
 def code(model: BaseChatModel, parent_source: str, proposal: Proposal, quick_check: QuickCheck, *,
          problem: str = "", diagnosis: Diagnosis | None = None, usage: Usage | None = None,
          rounds: int = 12, facts: str = "(not given)", inspirations: str = "(none)",
-         quick_check_text: str = QUICK_CHECK_CPU) -> tuple[str | None, list[dict[str, Any]]]:
+         quick_check_text: str = QUICK_CHECK_CPU, parent_label: str = "the kernel to improve",
+         coverage: str = "") -> tuple[str | None, list[dict[str, Any]]]:
     """Apply the proposal with tools; (the child's source, or None when no passing change was made, and the
     transcript). Bounded by `rounds` model calls; a malformed or failing tool call is answered with the error."""
     prompt = prompts.load("coder").format(
         problem=problem, parent=parent_source, proposal=proposal.model_dump_json(indent=1),
         diagnosis=diagnosis.model_dump_json(indent=1) if diagnosis else "(none)", facts=facts,
-        inspirations=inspirations, quick_check=quick_check_text)
+        inspirations=inspirations, quick_check=quick_check_text, parent_label=parent_label,
+        coverage=coverage or coverage_note(problem))
     return _edit(model, parent_source, prompt, quick_check, usage if usage is not None else Usage(), rounds)
+
+
+def coverage_note(problem: str) -> str:
+    """What the quick check exercises beyond the problem's own shapes, said plainly for the coder."""
+    if re.search(r"^def get_test_inputs\(", problem, re.M):
+        return ("The quick check also runs the problem's get_test_inputs() shapes, so general paths (a tail "
+                "block, more than one chunk) are exercised.")
+    return ("This problem gives no get_test_inputs(): the quick check runs only its own shapes, so a path those "
+            "shapes never take (a tail block, a second chunk) is not exercised by it; reason about such paths with care.")
 
 
 def write(model: BaseChatModel, problem: str, quick_check: QuickCheck, *, usage: Usage | None = None,

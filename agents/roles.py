@@ -21,8 +21,8 @@ from kernelwright.evaluators.profiling import Profile, render
 from kernelwright.tools.coding import QuickCheck
 
 from . import briefing, llm
-from .archive import (Archive, Outcome, admit, inspirations, lineage_history, prediction_record, select_parents,
-                      stop_reason, tried_on)
+from .archive import (Archive, Outcome, admit, describe, inspirations, lineage_history, prediction_record,
+                      select_parents, stop_reason, tried_on)
 from .archive import seed as seed_archive
 from .builtin import apply_proposal, diagnose, lineage_gains, propose
 from .context import RunContext
@@ -122,6 +122,10 @@ def _facts(ctx: RunContext, branch: int) -> str:
         return f"(the device's facts could not be read: {type(e).__name__}: {str(e)[:200]})"
 
 
+def _label(state: State) -> str:
+    return state.get("parent_label") or state["parent"][:12]
+
+
 def _evidence(ctx: RunContext, h: str) -> Profile:
     return ctx.evaluations.evidence(h)
 
@@ -191,6 +195,7 @@ def branch_inputs(state: State, ctx: RunContext) -> list[State]:
             "plateaued": plateaued(history),
             "inspirations": briefing.inspiration_items(inspirations(archive, parent)),
             "predictions": prediction_record(archive, parent),
+            "parent_label": describe(archive, parent),
         })
     return out
 
@@ -228,7 +233,8 @@ def _llm_analyst(state: State, ctx: RunContext) -> State:
     try:
         d = llm.analyse(ctx.models.chat_model(spec), problem=run.problem_source(), parent=run.kernel(state["parent"]),
                         evaluation=llm.describe_eval(result), profile=render(evidence, briefing.EVIDENCE_CHARS),
-                        facts=_facts(ctx, state.get("branch") or 0), usage=usage, transcript=transcript)
+                        facts=_facts(ctx, state.get("branch") or 0), usage=usage, transcript=transcript,
+                        parent_label=_label(state))
     except (llm.ProviderError, llm.ModelError) as e:
         # the builtin reading keeps the branch going; the failure is in the trace
         d, error = _builtin_diagnosis(result, evidence), _failure(e)
@@ -253,7 +259,8 @@ def _llm_strategist(state: State, ctx: RunContext) -> State:
                            inspirations=briefing.render_inspirations(state.get("inspirations") or [], parent,
                                                                      parent_src, run.kernel),
                            predictions=briefing.clip(state.get("predictions") or "(none yet)",
-                                                     briefing.PREDICTIONS_CHARS))
+                                                     briefing.PREDICTIONS_CHARS),
+                           parent_label=_label(state))
         return {"proposal": p.model_dump(), "llm": _llm_record(state, ctx, "strategist", usage, transcript)}
     except (llm.ProviderError, llm.ModelError) as e:
         return {"proposal": None, "llm": _llm_record(state, ctx, "strategist", usage, transcript, _failure(e))}
@@ -271,8 +278,8 @@ def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
         else:
             result = ctx.evaluations.quick(source, device)
         if result.verdict == "pass":
-            trials = len(result.trials) if result.trials else 0
-            return True, f"correct on {trials} input set(s) ({'verified' if device == 'cpu' else 'quick check, no timing'})"
+            ran = "" if "test_inputs" in result.families else " (only the problem's own shapes: it gives no get_test_inputs)"
+            return True, f"{result.detail}{ran} ({'verified' if device == 'cpu' else 'quick check, no timing'})"
         return False, f"{result.reason}: {result.detail or ''}"[:2000]
 
     return check
@@ -300,7 +307,7 @@ def _llm_coder(state: State, ctx: RunContext, parent_src: str, proposal: Proposa
             diagnosis=Diagnosis.model_validate(state["diagnosis"]), usage=usage, facts=_facts(ctx, branch),
             inspirations=briefing.render_inspirations(state.get("inspirations") or [], state["parent"], parent_src,
                                                       run.kernel, briefing.CODER_INSPIRATIONS_CHARS),
-            quick_check_text=_quick_check_text(ctx, branch))
+            quick_check_text=_quick_check_text(ctx, branch), parent_label=_label(state))
         if not child_src:
             error = ("the coder produced no passing change", "model")
     except (llm.ProviderError, llm.ModelError) as e:

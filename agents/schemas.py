@@ -38,6 +38,6 @@ class Proposal(BaseModel):
     what: str = Field(description="the change, concretely (e.g. 'BLOCK_N 1024 -> 2048', or 'split each row over "
                                   "8 programs: partial max/sum per chunk, then a merge kernel')")
     why: str = Field(description="how it addresses the diagnosis")
-    predicted_speedup: float = Field(description="predicted child time / parent time as a speedup, e.g. 1.15")
+    predicted_speedup: float = Field(description="predicted parent time / child time, e.g. 1.15 (above 1: faster)")
     risk: Literal["low", "medium", "high"] = Field(default="low", description="how likely the change breaks correctness")
     key: str = Field(description="a stable identifier of the change, used to never repeat a failed one")

@@ -51,6 +51,8 @@ class BranchState(TypedDict, total=False):
     """archive kernels to show beside the parent: id, why shown, measured numbers"""
     predictions: str
     """how the strategist's predictions held on this lineage, in a few lines"""
+    parent_label: str
+    """the parent in one line for the prompts: hash, where it came from, what is known of its speed"""
     no_moves: str | None
     """why the builtin strategist had nothing to propose, in one sentence"""
     diagnosis: dict[str, Any] | None

@@ -232,6 +232,9 @@ def optimize_cmd(
     if summary.best_path:
         speed = f", {summary.best_speedup:.2f}× eager" if summary.best_speedup else ""
         out.print(f"best kernel: {summary.best_path}{speed}")
+    if summary.latest_unmeasured:
+        out.print(f"latest verified kernel (not timed on this device; a GPU run can measure it): "
+                  f"{summary.latest_unmeasured}")
     raise typer.Exit(0 if summary.best_path else 1)
 
 

@@ -31,6 +31,8 @@ class Summary:
     stop_reason: str | None
     best_path: str | None
     best_speedup: float | None
+    latest_unmeasured: str | None = None
+    """the newest verified child that could not be timed (CPU runs), when the best kernel is untimed too"""
 
 
 def parse_duration(text: str) -> float:
@@ -120,7 +122,10 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
         handle.close()
     info = handle.info()
     best = str(handle.run.kernel_path(info.best_kernel)) if info.best_kernel else None
-    return Summary(info.id, info.status, info.stop_reason, best, info.best_speedup)
+    archive = api.RunView(handle.run).archive()
+    latest = archive.unmeasured[-1] if archive is not None and archive.unmeasured else None
+    return Summary(info.id, info.status, info.stop_reason, best, info.best_speedup,
+                   str(handle.run.kernel_path(latest)) if latest and info.best_speedup is None else None)
 
 
 def _describe(step: api.StepRecord) -> str:

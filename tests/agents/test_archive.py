@@ -141,3 +141,75 @@ def test_an_evaluator_failure_is_not_held_against_the_move() -> None:
     assert step.verdict == "error" and step.decision == "rejected" and "evaluator could not judge" in step.why
     assert "c1" not in new.entries
     assert "block_size:up" not in new.failed.get("seed", [])
+
+
+# -- verified but untimed children, predictions, what the roles are shown (issue 10) ------------------------
+
+
+def timed(cid: str, ms: float, **kw) -> Outcome:
+    o = outcome(cid, 1.0 / ms, **kw)
+    o.median_ms = ms
+    return o
+
+
+def untimed(cid: str) -> Outcome:
+    o = outcome(cid, None)
+    o.median_ms = None
+    return o
+
+
+def test_an_untimed_child_is_kept_unranked_and_built_on_next() -> None:
+    from kernelwright.agents.archive import frontier
+
+    a = seed(Archive(), untimed("seed"))
+    a, step = admit(a, "seed", "BLOCK=512", untimed("c1"), step_id="g1b0", predicted=1.2)
+    assert step.decision == "unmeasured" and step.verdict == "pass" and step.reason == "untimed"
+    assert step.predicted_speedup == 1.2 and step.measured_speedup is None
+    assert a.unmeasured == ["c1"] and "c1" in a.entries and not a.entries["c1"].measured
+    assert "BLOCK=512" not in a.failed.get("seed", []), "a verified idea is not a failed one"
+    assert a.best.id == "seed" and "c1" not in a.elites
+    assert frontier(a) == ["c1"]
+    assert select_parents(a, 1, random.Random(0), explore=0.0) == ["c1"]
+    a, _ = admit(a, "c1", "NUM_WARPS=8", untimed("c2"), step_id="g2b0")
+    assert frontier(a) == ["c2"], "a child built on leaves the frontier"
+
+
+def test_a_timed_child_of_an_untimed_parent_is_measured_against_its_timed_ancestor() -> None:
+    a = seed(Archive(), timed("seed", 2.0))
+    a, _ = admit(a, "seed", "A", untimed("u"))
+    a, step = admit(a, "u", "B", timed("t", 1.0), predicted=1.5)
+    assert step.decision == "elite" and step.measured_speedup == pytest.approx(2.0)
+    assert step.delta == pytest.approx(1.0)
+
+
+def test_prediction_record_says_how_predictions_held() -> None:
+    from kernelwright.agents.archive import prediction_record
+
+    a = seed(Archive(), timed("seed", 2.0))
+    assert prediction_record(a, "seed") == "(no predictions on this lineage yet)"
+    a, _ = admit(a, "seed", "A", timed("c1", 1.0), step_id="g1b0", predicted=1.6)   # measured 2.0
+    a, _ = admit(a, "c1", "B", timed("c2", 0.5), step_id="g2b0", predicted=2.5)     # measured 2.0
+    text = prediction_record(a, "c2")
+    assert "g1b0 A: predicted 1.60x, measured 2.00x" in text and "g2b0 B: predicted 2.50x, measured 2.00x" in text
+    assert "over 2 timed step(s), measured / predicted is 1.00" in text and "well calibrated" in text
+    u = seed(Archive(), untimed("s"))
+    u, _ = admit(u, "s", "A", untimed("x"), predicted=1.3)
+    assert "await a GPU measurement" in prediction_record(u, "x")
+    optimistic = seed(Archive(), timed("s", 2.0))
+    optimistic, _ = admit(optimistic, "s", "A", timed("k", 1.9), predicted=1.5)
+    assert "(optimistic)" in prediction_record(optimistic, "k")
+
+
+def test_inspirations_show_other_elites_and_niches_never_the_lineage() -> None:
+    from kernelwright.agents.archive import describe, inspirations
+
+    a = seed(Archive(), timed("seed", 4.0))
+    a, _ = admit(a, "seed", "A", timed("e1", 2.0), step_id="g1b0")                    # elite, on c's lineage
+    a, _ = admit(a, "seed", "B", timed("e2", 3.0, warps=8), step_id="g1b1")           # elite, a sibling
+    a, _ = admit(a, "e1", "C", timed("c", 1.5), step_id="g2b0")                       # the parent below
+    shown = inspirations(a, "c")
+    ids = [e.id for _, e in shown]
+    assert "c" not in ids and "e1" not in ids and "seed" not in ids, "the parent's own lineage is in its prompt"
+    assert ids[0] == "e2" and shown[0][0].startswith("elite #")
+    assert describe(a, "c") == "c: the child of step g2b0 (C); 1.5 ms, 0.67x eager"
+    assert describe(a, "seed") == "seed: the seed; 4 ms, 0.25x eager"

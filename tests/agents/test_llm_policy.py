@@ -21,12 +21,13 @@ SEED = (Path(__file__).resolve().parents[1] / "graphs" / "add_seed.py").read_tex
 
 
 def test_prompts_fill_with_their_fields() -> None:
-    a = prompts.load("analyst").format(problem="P", parent="K", evaluation="E", profile="F", facts="G")
+    a = prompts.load("analyst").format(problem="P", parent="K", evaluation="E", profile="F", facts="G",
+                                       parent_label="L")
     s = prompts.load("strategist").format(problem="P", parent="K", evaluation="E", diagnosis="D", history="H",
                                           failed="X", siblings="S", facts="G", evidence="V", inspirations="I",
-                                          predictions="R", playbook="B")
+                                          predictions="R", playbook="B", parent_label="L")
     c = prompts.load("coder").format(problem="P", parent="K", diagnosis="D", proposal="Q", facts="G",
-                                     inspirations="I", quick_check="C")
+                                     inspirations="I", quick_check="C", parent_label="L", coverage="V")
     w = prompts.load("writer").format(problem="P", facts="G", quick_check="C")
     assert "Diagnosis tool" in a and "Proposal tool" in s and "search_replace" in c and "write_kernel" in w
     # every field a template names is filled: no stray braces remain

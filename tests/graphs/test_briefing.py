@@ -40,7 +40,8 @@ def two_steps() -> Scripted:
         call("Diagnosis", DIAGNOSIS, 0),
         call("Proposal", PROPOSAL, 1),                                                     # BLOCK=512, predicted 1.1
         call("search_replace", {"old": "BLOCK = 256\n", "new": "BLOCK = 512\n"}, 2),
-        call("finish", {}, 3),
+        call("quick_check", {}, 3),
+        call("finish", {}, 4),
         call("Diagnosis", DIAGNOSIS, 4),
         call("Proposal", {**PROPOSAL, "what": "NUM_WARPS 4 -> 8", "key": "NUM_WARPS=8", "category": "warps",
                           "predicted_speedup": 1.05}, 5),
@@ -93,17 +94,25 @@ def test_cpu_roles_are_told_nothing_is_timed_and_build_on_the_unmeasured_child(t
     assert "## Playbook" in strategist1 and "split" in strategist1.split("## Playbook")[1]
     assert "persistent" in strategist1 and "memory_access" in strategist1
 
-    strategist2 = prompt_of(m, 5)
+    strategist2 = prompt_of(m, 6)
     # the lineage's history says the first change was verified but not timed, and is the parent now
     assert "BLOCK=512: unmeasured; verified, not timed" in strategist2
-    assert "BLOCK=512: predicted 1.10x, measured nothing (not timed)" in strategist2
-    # inspirations: the seed, the archive's only elite, as a diff against this parent with its numbers
+    assert "await a GPU measurement" in strategist2
+    # the parent is named: which step made it and what is known of its speed, for every role
+    label = f"## The parent kernel ({first['child'][:12]}: the child of step g1b0 (BLOCK=512); verified correct, not timed)"
+    for i in (5, 6, 7):
+        assert label in prompt_of(m, i)
+    assert f"## The parent kernel ({first['parent'][:12]}: the seed; verified correct, not timed)" in analyst1
+    # inspirations never repeat the parent's own ancestors (the seed here): none yet on this one-branch run
     insp = strategist2.split("## Other kernels in the archive")[1].split("## Earlier steps")[0]
-    assert "elite #1: verified correct, not timed" in insp and "-BLOCK = 512\n+BLOCK = 256" in insp
-    assert "-BLOCK = 512\n+BLOCK = 256" in prompt_of(m, 6)  # the coder sees it too
+    assert "(none yet" in insp and "+BLOCK = 256" not in insp
+    # the coder is told the problem gives no get_test_inputs, and the quick check's reply says what ran
+    assert "This problem gives no get_test_inputs()" in coder1
+    replies = [msg.content for msg in m.seen[4] if msg.type == "tool"]
+    assert any("worst error" in r and "only the problem's own shapes" in r for r in replies), replies
     # the stated bounds: what the roles see beyond the two sources stays within budget
     assert extra_chars(strategist2, problem, child) <= briefing.STRATEGIST_EXTRA_CHARS
-    assert extra_chars(prompt_of(m, 6), problem, child) <= briefing.CODER_EXTRA_CHARS
+    assert extra_chars(prompt_of(m, 7), problem, child) <= briefing.CODER_EXTRA_CHARS
     assert extra_chars(analyst1, problem, seed) <= briefing.STRATEGIST_EXTRA_CHARS
 
 
@@ -137,7 +146,7 @@ def test_gpu_evidence_and_facts_reach_every_role(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(Evaluations, "facts", lambda self, device: GPU_FACTS)
     monkeypatch.setattr(Evaluations, "evidence", lambda self, h: gpu_profile())
     m = two_steps()
-    m.script = m.script[:4]
+    m.script = m.script[:5]
     optimize(tmp_path, {"scripted:m": m}, iterations=1)
     analyst, strategist, coder = prompt_of(m, 0), prompt_of(m, 1), prompt_of(m, 2)
     for p in (analyst, strategist, coder):

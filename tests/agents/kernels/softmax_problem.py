@@ -1,5 +1,4 @@
-"""Row softmax of a small (8, 2500) fp32 matrix: rows span several 1024-wide blocks and end in a partial
-one, so the launch-literal softmax (softmax_launch.py) is checked with its block size moved either way."""
+"""Row softmax of a small (8, 2500) fp32 matrix: rows span several 1024-wide blocks and end in a partial one."""
 
 import torch
 import torch.nn as nn
