@@ -168,10 +168,12 @@ def _entry(outcome: Outcome, parent: Entry | None, generation: int, proposal_key
 
 
 def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome | None,
-          step_id: str | None = None, predicted: float | None = None) -> tuple[Archive, Step]:
+          step_id: str | None = None, predicted: float | None = None,
+          no_child: str | None = None) -> tuple[Archive, Step]:
     """Record one step and decide whether the child joins the archive.
 
-    `outcome` is None when no child was produced (the coder gave up); `predicted` is the strategist's
+    `outcome` is None when no child was produced (the coder gave up, or `no_child` says why: a reviewer
+    rejected the proposal, which is then never proposed on this parent again); `predicted` is the strategist's
     predicted speedup, recorded beside the measured one. Returns the new archive and the step."""
     parent = archive.entries[parent_id]
     new = archive.model_copy(deep=True)
@@ -194,6 +196,8 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
                            decision="rejected", why=why))
 
     if outcome is None:
+        if no_child:
+            return reject(no_child, "reviewer_rejected")
         return reject("no child was produced", "no_child")
     if outcome.verdict == "error":
         # The judge failed, not the child: the move is not marked as tried on this parent, so it can be tried again.
@@ -316,7 +320,8 @@ def lineage_history(archive: Archive, kernel: str, limit: int = 20) -> list[dict
     on_line = set(lineage(archive, kernel))
     return [{"parent": s.parent_id[:12], "proposal": s.proposal_key, "verdict": s.verdict, "reason": s.reason,
              "delta": s.delta, "predicted_speedup": s.predicted_speedup, "measured_speedup": s.measured_speedup,
-             "decision": s.decision, "child": (s.child_id or "")[:12] or None}
+             "decision": s.decision, "child": (s.child_id or "")[:12] or None,
+             **({"why": s.why} if s.reason == "reviewer_rejected" else {})}
             for s in archive.steps if s.parent_id in on_line][-limit:]
 
 

@@ -82,6 +82,8 @@ def render_history(history: list[dict[str, Any]], limit: int = HISTORY_CHARS) ->
         bits = [f"{h.get('proposal')}: {h.get('decision')}"]
         if h.get("decision") == "unmeasured":
             bits.append(f"verified, not timed (child {h.get('child')}, available to build on)")
+        elif h.get("why"):
+            bits.append(h["why"])
         elif h.get("verdict") != "pass":
             bits.append(f"{h.get('verdict')} ({h.get('reason')})")
         if h.get("measured_speedup") is not None:

@@ -111,18 +111,24 @@ def _learned(move: AnyMove, lineage_gains: dict[str, list[float]]) -> float:
 
 
 def propose(source: str, diagnosis: Diagnosis, lineage_gains: dict[str, list[float]], failed: set[str],
-            rng: random.Random, rank: int = 0, plateaued: bool = False) -> Proposal | None:
+            rng: random.Random, rank: int = 0, plateaued: bool = False,
+            banned: frozenset[str] = frozenset()) -> Proposal | None:
     """One move for this parent, or None when every move has been tried (`moves.no_moves_reason` says why).
 
     `lineage_gains` maps a move kind (see `move_kind`) to the measured gains (child/parent - 1) of earlier
     steps of that kind on this lineage. `rank` > 0 when other branches of the same generation work on the
     same parent: the rank-th best move is taken, so siblings try different moves (the last one when there
     are fewer moves than siblings). Pair moves join the single ones when `plateaued` (single moves stopped
-    paying off) or when no single move is left untried."""
-    moves: list[AnyMove] = [m for m in catalog(source) if m.key not in failed]
+    paying off) or when no single move is left untried. `banned` categories (a reviewer's steering) are
+    never proposed, alone or in a pair."""
+    def allowed(m: AnyMove) -> bool:
+        cats = {x.category for x in m.moves} if isinstance(m, PairMove) else {m.category}
+        return m.key not in failed and not cats & banned
+
+    moves: list[AnyMove] = [m for m in catalog(source) if allowed(m)]
     pairs = bool(plateaued or not moves)
     if pairs:
-        moves += [p for p in pair_catalog(source) if p.key not in failed]
+        moves += [p for p in pair_catalog(source) if allowed(p)]
     if not moves:
         return None
 

@@ -15,6 +15,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from kernelwright.tools.evaluation import Evaluations
+from kernelwright.tools.review import ReviewDesk
 from kernelwright.tools.runstore import Run
 
 from .llm import Models
@@ -48,6 +49,9 @@ class RunConfig:
     """per-role models (analyst, strategist, coder) overriding `model`"""
     seed: int = 0
     explore: float = 0.25
+    review: str = "none"
+    """none: unattended; proposals: each branch pauses after its strategist until a person decides (approve,
+    edit, reject, respond), through `kernelwright chat`, the MCP server or LangGraph's own UIs"""
     profile: str = "auto"
     """evidence for the roles on a GPU: auto profiles the seed and each newly admitted elite (torch.profiler,
     and Nsight Compute when `ncu` exists and can read counters); torch leaves Nsight Compute out; off profiles
@@ -100,7 +104,8 @@ class RunContext:
 
     @property
     def stop_requested(self) -> bool:
-        return self._stop.is_set()
+        """Asked here (`request_stop`) or by another process through the run's review desk."""
+        return self._stop.is_set() or ReviewDesk(self.run).stop_requested()
 
     def close(self) -> None:
         self.evaluations.close()

@@ -342,7 +342,8 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: s
                history: str, failed: list[str], usage: Usage,
                transcript: list[dict[str, Any]] | None = None, sibling_rank: int = 0, facts: str = "(not given)",
                evidence: str = "(not given)", inspirations: str = "(none)", predictions: str = "(none)",
-               playbook: str | None = None, parent_label: str = "the kernel to improve") -> Proposal:
+               playbook: str | None = None, parent_label: str = "the kernel to improve",
+               steering: str = "") -> Proposal:
     siblings = ("(none: this is the only branch on this parent)" if sibling_rank == 0 else
                 f"{sibling_rank} other branch(es) work on this same parent right now and take your most promising "
                 f"idea(s); to keep the branches distinct, propose your choice number {sibling_rank + 1} in order of "
@@ -352,6 +353,9 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: s
         history=history or "(none yet)", failed=", ".join(failed) or "(none)", siblings=siblings, facts=facts,
         evidence=evidence, inspirations=inspirations, predictions=predictions, parent_label=parent_label,
         playbook=playbook if playbook is not None else clip(prompts.playbook(), PLAYBOOK_CHARS))
+    if steering:
+        prompt += ("\n\n## The reviewer's standing instructions (a person steering this run: follow them)\n"
+                   + steering)
     p: Proposal = structured(model, Proposal, prompt, usage, transcript=transcript)  # type: ignore[assignment]
     if p.key in failed:
         raise ModelError(f"the model proposed {p.key!r}, which was already tried on this parent")

@@ -14,10 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from kernelwright.evaluators import Timing
 
 from .archive import Outcome, Step
+from .review import ReviewRecord
 from .schemas import Diagnosis, Proposal
 
-SCHEMA_VERSION = 2
-"""2: `decision` gained "unmeasured" and the predicted and measured speedups; `proposal.category` structural kinds"""
+SCHEMA_VERSION = 3
+"""2: `decision` gained "unmeasured" and the predicted and measured speedups; `proposal.category` structural kinds;
+3: `review` (a person's decision on the proposal) and `steering` (what the reviewer's steering put in force)"""
 
 
 class RoleUsage(BaseModel):
@@ -82,6 +84,19 @@ class StepResult(BaseModel):
     """share of the forward's time spent in the candidate's own kernels"""
 
 
+class SteeringRecord(BaseModel):
+    """The reviewer's steering in force when a step began (the full log is the run's steering.jsonl)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    notes: list[str] = Field(default_factory=list)
+    """standing notes the strategist was shown"""
+    pinned: str | None = None
+    """the kernel every branch started from"""
+    banned: list[str] = Field(default_factory=list)
+    """kinds of move (proposal categories or key prefixes) the strategist could not propose"""
+
+
 class StepRecord(BaseModel):
     """One step of a run, as written to trace.jsonl."""
 
@@ -102,7 +117,12 @@ class StepRecord(BaseModel):
     diagnosis: Diagnosis | None = None
     """the analyst's reading of the parent"""
     proposal: Proposal | None = None
-    """the strategist's one change (None: nothing left to propose, or its model failed)"""
+    """the strategist's one change (None: nothing left to propose, or its model failed); after a review, the
+    proposal the coder was given (the strategist's is then in `review.original_proposal`)"""
+    review: ReviewRecord | None = None
+    """a person's decision on the proposal (runs with `review: proposals`): who, what, when, why"""
+    steering: SteeringRecord | None = None
+    """the reviewer's steering in force when the step began (None: none)"""
     coder: CoderRecord = Field(default_factory=CoderRecord)
     """what the coder did"""
     child: str | None = None

@@ -19,8 +19,10 @@ from typing import Any
 from kernelwright.evaluators import EvalResult, render_facts
 from kernelwright.evaluators.profiling import Profile, render
 from kernelwright.tools.coding import QuickCheck
+from kernelwright.tools.review import ReviewDesk, Steering
 
 from . import briefing, llm
+from . import review as reviews
 from .archive import (Archive, Outcome, admit, describe, inspirations, lineage_history, prediction_record,
                       select_parents, stop_reason, tried_on)
 from .archive import seed as seed_archive
@@ -175,13 +177,19 @@ def select(state: State, ctx: RunContext) -> State:
     gen = state.get("generation", 0) + 1
     rng = random.Random(f"{cfg.seed}/{gen}")
     left = cfg.iterations - len(archive.steps)
-    parents = select_parents(archive, max(1, min(cfg.branches, left)), rng, cfg.explore)
+    k = max(1, min(cfg.branches, left))
+    pinned = ReviewDesk(ctx.run).steering().pinned
+    if pinned and pinned in archive.entries:
+        parents = [pinned] * k  # a reviewer pinned the parent: every branch starts from it
+    else:
+        parents = select_parents(archive, k, rng, cfg.explore)
     return {"parents": parents, "generation": gen, "results": None}
 
 
 def branch_inputs(state: State, ctx: RunContext) -> list[State]:
     """One branch's input per parent of the generation, with what its strategist needs from the archive."""
     archive = load_archive(state, ctx)
+    steering = ReviewDesk(ctx.run).steering()
     out = []
     for i, parent in enumerate(state["parents"]):
         history = lineage_history(archive, parent)
@@ -196,8 +204,13 @@ def branch_inputs(state: State, ctx: RunContext) -> list[State]:
             "inspirations": briefing.inspiration_items(inspirations(archive, parent)),
             "predictions": prediction_record(archive, parent),
             "parent_label": describe(archive, parent),
+            **({} if steering.empty() else {"steering": steering.model_dump()}),
         })
     return out
+
+
+def _steering(state: State) -> Steering:
+    return Steering.model_validate(state.get("steering") or {})
 
 
 PLATEAU_WINDOW = 4
@@ -260,8 +273,12 @@ def _llm_strategist(state: State, ctx: RunContext) -> State:
                                                                      parent_src, run.kernel),
                            predictions=briefing.clip(state.get("predictions") or "(none yet)",
                                                      briefing.PREDICTIONS_CHARS),
-                           parent_label=_label(state))
-        return {"proposal": p.model_dump(), "llm": _llm_record(state, ctx, "strategist", usage, transcript)}
+                           parent_label=_label(state), steering=_steering(state).render())
+        rec = _llm_record(state, ctx, "strategist", usage, transcript)
+        ban = reviews.banned(p.model_dump(), _steering(state))
+        if ban:
+            return {"proposal": None, "no_moves": f"the model proposed a change of a banned kind ({ban})", "llm": rec}
+        return {"proposal": p.model_dump(), "llm": rec}
     except (llm.ProviderError, llm.ModelError) as e:
         return {"proposal": None, "llm": _llm_record(state, ctx, "strategist", usage, transcript, _failure(e))}
 
@@ -347,14 +364,41 @@ def strategist(state: State, ctx: RunContext) -> State:
     source = ctx.run.kernel(state["parent"])
     tried = set(state.get("failed") or [])
     p = propose(source, Diagnosis.model_validate(state["diagnosis"]), state.get("lineage_gains") or {}, tried, rng,
-                rank=state.get("sibling_rank") or 0, plateaued=bool(state.get("plateaued")))
+                rank=state.get("sibling_rank") or 0, plateaued=bool(state.get("plateaued")),
+                banned=frozenset(_steering(state).banned))
     if p is None:
         return {"proposal": None, "no_moves": no_moves_reason(source, tried)}
     return {"proposal": p.model_dump()}
 
 
+def review_request(state: State, ctx: RunContext) -> dict[str, Any] | None:
+    """What a paused step shows its reviewer (None: the run is unattended, `review` "none")."""
+    if ctx.config.review == "none":
+        return None
+    return reviews.request(state, ctx.run.id)
+
+
+def apply_review(state: State, answer: Any) -> State:
+    """The reviewer's decision applied to the step. An answer that cannot be applied (a malformed proposal
+    from LangGraph's UIs, where nothing checked it before) ends the step without a child, recorded."""
+    try:
+        return reviews.apply(state, reviews.parse(answer))
+    except reviews.ReviewError as e:
+        return {"review": reviews.ReviewRecord(decision="invalid", by="unknown", at=reviews.now(),
+                                               message=str(e)).model_dump()}
+
+
 def coder(state: State, ctx: RunContext) -> State:
     run = ctx.run
+    rev = state.get("review") or {}
+    if rev.get("decision") in ("reject", "invalid"):
+        why = rev.get("message") or "no reason given"
+        return {"child": None, "coder": {"note": f"the reviewer rejected the proposal: {why}"
+                                         if rev["decision"] == "reject" else f"the review could not be applied: {why}"}}
+    if state.get("given_kernel"):
+        src = state["given_kernel"]
+        parent_src = run.kernel(state["parent"])
+        return {"child": run.put_kernel(src), "coder": {"policy": "human", "diff": _diff(state["parent"], parent_src, src)}}
     if not state.get("proposal"):
         return {"child": None, "coder": {"note": state.get("no_moves") or "no proposal"}}
     parent_src = run.kernel(state["parent"])
@@ -373,7 +417,9 @@ def verifier(state: State, ctx: RunContext) -> State:
     run = ctx.run
     base = {"step_id": state["step_id"], "generation": state["generation"], "branch": state["branch"],
             "parent": state["parent"], "diagnosis": state.get("diagnosis"), "proposal": state.get("proposal"),
-            "coder": state.get("coder") or {}, "child": state.get("child"), "llm": state.get("llm") or {}}
+            "coder": state.get("coder") or {}, "child": state.get("child"), "llm": state.get("llm") or {},
+            **({"review": state["review"]} if state.get("review") else {}),
+            **({"steering": state["steering"]} if state.get("steering") else {})}
     if not state.get("child"):
         return {"results": [{**base, "verdict": None}]}
     t0 = time.monotonic()
@@ -412,8 +458,11 @@ def archive_step(state: State, ctx: RunContext) -> State:
             continue
         key = (r.get("proposal") or {}).get("key") or "none"
         outcome = Outcome.model_validate(r["outcome"]) if r.get("outcome") else None
+        rev = r.get("review") or {}
         archive, step = admit(archive, r["parent"], key, outcome, step_id=r["step_id"],
-                              predicted=(r.get("proposal") or {}).get("predicted_speedup"))
+                              predicted=(r.get("proposal") or {}).get("predicted_speedup"),
+                              no_child=(f"rejected by the reviewer: {rev.get('message') or 'no reason given'}"
+                                        if rev.get("decision") == "reject" else None))
         if step.decision == "elite":
             _collect_evidence(ctx, step.child_id or "", cfg.device_for(r.get("branch") or 0))
         used = (r.get("llm") or {}).values()

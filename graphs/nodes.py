@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph.runtime import Runtime
-from langgraph.types import Send
+from langgraph.types import Send, interrupt
 
 from kernelwright.agents import roles
 
@@ -34,6 +34,16 @@ def analyst(state: BranchState, runtime: Runtime[Context]) -> Update:
 
 def strategist(state: BranchState, runtime: Runtime[Context]) -> Update:
     return roles.strategist(dict(state), runtime.context)
+
+
+def review(state: BranchState, runtime: Runtime[Context]) -> Update:
+    """With `review: proposals`, the branch pauses here (checkpointed) until a person decides; the value
+    shown is LangGraph's human-in-the-loop request, so Agent Chat UI and Studio can answer it too. Its own
+    node, so resuming runs only this: the strategist's work is never redone."""
+    request = roles.review_request(dict(state), runtime.context)
+    if request is None:
+        return {}
+    return roles.apply_review(dict(state), interrupt(request))
 
 
 def coder(state: BranchState, runtime: Runtime[Context]) -> Update:

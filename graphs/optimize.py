@@ -1,6 +1,6 @@
 """The optimization graph.
 
-    START -> seed -> select --Send x K--> branch[analyst -> strategist -> coder -> verifier] -> archive
+    START -> seed -> select --Send x K--> branch[analyst -> strategist -> review -> coder -> verifier] -> archive
                        ^                                                                         |
                        +---------------------------- (continue?) --------------------------------+-> END
 
@@ -23,11 +23,13 @@ def branch_builder() -> StateGraph:
     b = StateGraph(BranchState, context_schema=Context, output_schema=BranchOutput)
     b.add_node("analyst", nodes.analyst)
     b.add_node("strategist", nodes.strategist)
+    b.add_node("review", nodes.review)
     b.add_node("coder", nodes.coder)
     b.add_node("verifier", nodes.verifier)
     b.add_edge(START, "analyst")
     b.add_edge("analyst", "strategist")
-    b.add_edge("strategist", "coder")
+    b.add_edge("strategist", "review")
+    b.add_edge("review", "coder")
     b.add_edge("coder", "verifier")
     b.add_edge("verifier", END)
     return b

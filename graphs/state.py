@@ -55,8 +55,14 @@ class BranchState(TypedDict, total=False):
     """the parent in one line for the prompts: hash, where it came from, what is known of its speed"""
     no_moves: str | None
     """why the builtin strategist had nothing to propose, in one sentence"""
+    steering: dict[str, Any] | None
+    """what the reviewer's steering put in force when the step began (notes, pinned parent, banned kinds)"""
     diagnosis: dict[str, Any] | None
     proposal: dict[str, Any] | None
+    review: dict[str, Any] | None
+    """a person's decision on the proposal (`--review proposals`): the trace's `review`"""
+    given_kernel: str | None
+    """the child kernel's source when the reviewer wrote it (respond with a kernel): no coder runs"""
     child: str | None
     coder: dict[str, Any]
     llm: dict[str, Any]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,11 @@ from kernelwright.agents.records import StepRecord
 from kernelwright.agents.roles import STOPPED_ON_REQUEST
 from kernelwright.evaluators import (DeviceError, EvalPolicy, EvalResult, Evaluator, ProblemError, load_problem,
                                      resolve_device)
+from kernelwright.tools.review import Decision, PendingReview, ReviewDesk, ReviewError, Steering, SteerEntry, who
 from kernelwright.tools.runstore import Run, RunError, RunInfo, RunStore
+
+POLL_S = 0.2
+"""how often a run waiting for a review looks for decisions"""
 
 __all__ = ["Archive", "BestKernel", "RunConfig", "RunHandle", "RunInfo", "RunView", "StepRecord", "UsageError",
            "evaluate", "open_run", "resume_run", "start_run"]
@@ -135,6 +140,7 @@ class RunHandle:
         self._thread = {"configurable": {"thread_id": run.id}, "recursion_limit": 10_000}
         self._fresh = fresh
         self._closed = False
+        self._resumed: set[str] = set()
 
     @property
     def id(self) -> str:
@@ -150,13 +156,34 @@ class RunHandle:
     def request_stop(self) -> None:
         self.context.request_stop()
 
-    def steps(self) -> Iterator[StepRecord]:
-        """Drive the run until it stops, yielding each step record once it is in the trace."""
+    def steps(self, driver: str = "python") -> Iterator[StepRecord]:
+        """Drive the run until it stops, yielding each step record once it is in the trace.
+
+        With `review: proposals`, each branch pauses after its strategist: the pending reviews are posted on
+        the run's review desk (`pending_reviews`), and the run waits for decisions (`review`, from this
+        process or any other) and goes on with each as it comes. A stop requested while it waits leaves the
+        reviews pending, checkpointed, for whoever resumes the run. `driver` names who drives (optimize,
+        chat, mcp) for the desk."""
+        desk = ReviewDesk(self.run)
+        desk.claim(driver)
+        desk.clear_stop()
+        try:
+            yield from self._drive(desk)
+        finally:
+            desk.release()
+
+    def _drive(self, desk: ReviewDesk) -> Iterator[StepRecord]:
+        from langgraph.types import Command
+
         from kernelwright.graphs.optimize import initial_state
 
         state: Any = None
         saved = self._graph.get_state(self._thread)
-        if self._fresh or not saved.values:
+        if saved.interrupts and not self._fresh:
+            state = self._wait_for_reviews(desk, saved.interrupts)  # a resumed run that was waiting
+            if state is None:
+                return
+        elif self._fresh or not saved.values:
             state = initial_state()  # a new run, or one killed before its first checkpoint: start it over
         elif saved.values.get("stop") == STOPPED_ON_REQUEST and not saved.next:
             # stopped on request after a generation: take the stop back, so the graph goes on from there
@@ -164,15 +191,51 @@ class RunHandle:
             self.run.update(status="running", stop_reason=None)
         self._fresh = False
         seen = len(self.run.trace())
-        for _update in self._graph.stream(state, self._thread, context=self.context, stream_mode="updates"):
-            records = self.run.trace()
-            for r in records[seen:]:
-                yield StepRecord.model_validate(r)
-            seen = len(records)
+        while True:
+            for _update in self._graph.stream(state, self._thread, context=self.context, stream_mode="updates"):
+                records = self.run.trace()
+                for r in records[seen:]:
+                    yield StepRecord.model_validate(r)
+                seen = len(records)
+            if isinstance(state, Command):  # the decisions it carried are consumed
+                desk.clear(sorted(self._resumed))
+            interrupts = self._graph.get_state(self._thread).interrupts
+            if not interrupts:
+                desk.post([])
+                return
+            state = self._wait_for_reviews(desk, interrupts)
+            if state is None:
+                return
 
-    def run_to_end(self) -> RunInfo:
+    def _wait_for_reviews(self, desk: ReviewDesk, interrupts: Any) -> Any:
+        """Post the paused steps, wait for at least one decision, and return the Command that resumes them
+        (None when a stop was requested while waiting: the reviews stay pending, checkpointed)."""
+        from langgraph.types import Command
+
+        from kernelwright.agents import review as reviews
+
+        pending = [reviews.pending_of(i.value, i.id) for i in interrupts
+                   if isinstance(i.value, dict) and i.value.get("kind") == reviews.KIND]
+        desk.post(pending)
+        by_step = {p.step_id: p for p in pending}
+        self.run.update(status="awaiting review",
+                        stop_reason=f"{len(pending)} proposal(s) wait for a review")
+        while True:
+            ready = {s: d for s, d in desk.decisions().items() if s in by_step}
+            if ready:
+                self.run.update(status="running", stop_reason=None)
+                self._resumed = set(ready)
+                return Command(resume={by_step[s].interrupt_id: d.model_dump() for s, d in ready.items()})
+            if self.context.stop_requested:
+                self.run.update(status="awaiting review",
+                                stop_reason=f"{len(pending)} proposal(s) wait for a review; the run resumes with "
+                                            f"kernelwright chat --attach {self.run.id} (or optimize --resume)")
+                return None
+            time.sleep(POLL_S)
+
+    def run_to_end(self, driver: str = "python") -> RunInfo:
         """Drive the run until it stops; its final metadata."""
-        for _ in self.steps():
+        for _ in self.steps(driver):
             pass
         return self.info()
 
@@ -278,3 +341,88 @@ def open_run(run_id: str, runs_dir: str | Path = "runs") -> RunView:
 
 def list_runs(runs_dir: str | Path = "runs") -> list[RunInfo]:
     return RunStore(runs_dir).list()
+
+
+# -- reviewing and steering a run (from this process or any other) ----------------------------------------
+
+
+def _desk(run_id: str, runs_dir: str | Path) -> ReviewDesk:
+    try:
+        return ReviewDesk(RunStore(runs_dir).open(run_id))
+    except RunError as e:
+        raise UsageError(str(e)) from None
+
+
+def pending_reviews(run_id: str, runs_dir: str | Path = "runs") -> list[PendingReview]:
+    """The run's steps paused for a review that have no decision yet, oldest first."""
+    return _desk(run_id, runs_dir).waiting()
+
+
+def review(run_id: str, decision: str, *, proposal: dict[str, Any] | str | None = None, kernel: str | None = None,
+           message: str | None = None, step_id: str | None = None, by: str | None = None,
+           runs_dir: str | Path = "runs") -> PendingReview:
+    """Decide a paused step (the oldest waiting one unless `step_id` names another): approve, edit (with
+    `proposal`), reject (with `message`, the reason the strategist is told) or respond (with a `proposal` of
+    your own, or the child `kernel`'s source). `proposal` may be a dict of the strategist's fields or just
+    the change in words. The driver, in whatever process, goes on with it. UsageError, in one sentence,
+    when it cannot be taken."""
+    from kernelwright.agents import review as reviews
+
+    desk = _desk(run_id, runs_dir)
+    waiting = desk.waiting()
+    target = next((p for p in waiting if p.step_id == step_id), None) if step_id else (waiting[0] if waiting else None)
+    if isinstance(proposal, str):
+        proposal = {"what": proposal}
+    try:
+        if decision not in reviews.DECISIONS:
+            raise ReviewError(f"decision {decision!r}: use one of {', '.join(reviews.DECISIONS)}")
+        if proposal is not None:  # checked now, so the reviewer hears of a bad field, not the run
+            proposal = reviews.proposal_of(proposal, target.proposal if target and decision == "edit" else None)
+        if kernel is not None and not kernel.strip():
+            raise ReviewError("the kernel is empty")
+        d = Decision(type=decision, proposal=proposal, kernel=kernel, message=message, by=by or who("python"))
+        return desk.decide(step_id, d)
+    except ReviewError as e:
+        raise UsageError(str(e)) from None
+
+
+def steer(run_id: str, kind: str, text: str = "", *, by: str | None = None, runs_dir: str | Path = "runs") -> SteerEntry:
+    """Steer a run from the next step on: note (a standing instruction to the strategist), pin (every branch
+    starts from this kernel), ban (no move of this category), unpin, unban, clear (drop the notes)."""
+    from typing import get_args
+
+    from kernelwright.agents.schemas import Category
+
+    if kind not in ("note", "pin", "ban", "unpin", "unban", "clear"):
+        raise UsageError(f"steer {kind!r}: use note, pin, ban, unpin, unban or clear")
+    if kind in ("ban", "unban") and text.strip() not in get_args(Category):
+        raise UsageError(f"{kind} {text.strip()!r}: name a kind of move, one of {', '.join(get_args(Category))}")
+    desk = _desk(run_id, runs_dir)
+    if kind == "pin":
+        archive = open_run(run_id, runs_dir).archive()
+        try:
+            h = desk.kernel(text.strip())
+        except ReviewError as e:
+            raise UsageError(str(e)) from None
+        if archive is None or h not in archive.entries:
+            raise UsageError(f"pin {text.strip()}: kernel {h[:12]} is not in the run's archive (pin a verified one)")
+        text = h
+    try:
+        return desk.steer(kind, text, by=by or who("python"))  # type: ignore[arg-type]
+    except ReviewError as e:
+        raise UsageError(str(e)) from None
+
+
+def steering(run_id: str, runs_dir: str | Path = "runs") -> Steering:
+    """What the run's steering puts in force now."""
+    return _desk(run_id, runs_dir).steering()
+
+
+def driven_elsewhere(run_id: str, runs_dir: str | Path = "runs") -> bool:
+    """Another live process drives the run now (so this one should review it, not drive it)."""
+    return _desk(run_id, runs_dir).driven_elsewhere()
+
+
+def request_stop(run_id: str, *, by: str | None = None, runs_dir: str | Path = "runs") -> None:
+    """Ask whatever process drives the run to stop after the step in flight (checkpointed; resumable)."""
+    _desk(run_id, runs_dir).request_stop(by or who("python"))

@@ -48,6 +48,16 @@ class ProfileOpt(str, Enum):
     off = "off"
 
 
+class ReviewOpt(str, Enum):
+    none = "none"
+    proposals = "proposals"
+
+
+class TransportOpt(str, Enum):
+    stdio = "stdio"
+    http = "http"
+
+
 class PrecisionOpt(str, Enum):
     fp32 = "fp32"
     tf32 = "tf32"
@@ -215,6 +225,8 @@ def optimize_cmd(
     price: Annotated[Optional[list[str]], typer.Option("--price", help="provider:model=IN/OUT, USD per million input/output tokens")] = None,
     profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence: profile the seed and new elites (auto: with ncu when "
                                                      "it can read counters; torch: torch.profiler only; off)")] = ProfileOpt.auto,
+    review: Annotated[ReviewOpt, typer.Option(help="proposals: pause each branch after its strategist until a person "
+                                                   "decides (kernelwright chat --attach RUN_ID, or the MCP server)")] = ReviewOpt.none,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive."""
     from kernelwright import optimize as opt
@@ -225,6 +237,7 @@ def optimize_cmd(
             iterations=iterations, time_budget=time_budget, branches=branches, device=device,
             precision=precision.value if precision else None, trials=trials, run_dir=run_dir, resume=resume,
             console=out, token_budget=token_budget, cost_budget=cost_budget, prices=price or [], profile=profile.value,
+            review=review.value,
         )
     except opt.UsageError as e:
         raise _usage_error(str(e)) from None
@@ -236,6 +249,22 @@ def optimize_cmd(
         out.print(f"latest verified kernel (not timed on this device; a GPU run can measure it): "
                   f"{summary.latest_unmeasured}")
     raise typer.Exit(0 if summary.best_path else 1)
+
+
+@app.command("mcp")
+def mcp_cmd(
+    transport: Annotated[TransportOpt, typer.Option(help="stdio (a chat client starts the server) or http "
+                                                         "(streamable HTTP at http://HOST:PORT/mcp)")] = TransportOpt.stdio,
+    host: Annotated[str, typer.Option(help="http: the address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="http: the port to listen on")] = 8765,
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
+) -> None:
+    """Serve kernelwright to MCP clients (Claude Code, Cursor, ...): start, review, steer and read runs."""
+    try:
+        from kernelwright import mcp_server
+    except ImportError as e:
+        raise _usage_error(f"the MCP server needs the mcp package ({e}); pip install 'mcp>=2'") from None
+    mcp_server.serve(transport.value, run_dir, host, port)
 
 
 @app.command("runs")
@@ -287,6 +316,9 @@ def trace_cmd(
         p = r.proposal
         out.print(f"  proposal: {p.what} (predicted {p.predicted_speedup}x): {p.why}" if p else "  proposal: -",
                   markup=False)
+        if r.review:
+            why = f": {r.review.message}" if r.review.message else ""
+            out.print(f"  review: {r.review.decision} by {r.review.by} at {r.review.at}{why}", markup=False)
         out.print(f"  verifier: {r.verdict} {r.result.reason if r.result else ''}", markup=False)
         d = r.decision
         measured = f"measured {d.measured_speedup:.3f}x" if d.measured_speedup is not None else "not timed"

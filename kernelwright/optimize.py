@@ -82,7 +82,7 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                  precision: str | None, trials: int, run_dir: Path, resume: str | None,
                  console: Console, token_budget: int | None = None, cost_budget: float | None = None,
                  prices: list[str] | None = None, models: dict[str, Any] | None = None,
-                 profile: str = "auto") -> Summary:
+                 profile: str = "auto", review: str = "none") -> Summary:
     """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
     view, and the first Ctrl-C asks it to stop after the generation in flight."""
     from kernelwright.agents.context import RunConfig
@@ -98,7 +98,7 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                            time_budget_s=parse_duration(time_budget) if time_budget else None, trials=trials,
                            model=model, base_url=base_url, role_models=parse_role_models(role_models),
                            token_budget=token_budget, cost_budget_usd=cost_budget, prices=parse_prices(prices or []),
-                           profile=profile)
+                           profile=profile, review=review)
         handle = api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir, models=models)
     previous = signal.getsignal(signal.SIGINT)
 
@@ -112,7 +112,7 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
     try:
         with Live(get_renderable=lambda: _view(handle.info(), last[0]), console=console, refresh_per_second=4,
                   transient=False):
-            for step in handle.steps():
+            for step in handle.steps("optimize"):
                 last[0] = _describe(step)
         console.print()
     except KeyboardInterrupt:
@@ -164,4 +164,6 @@ def _view(info: api.RunInfo, last: str | None) -> Table:
         t.add_row("model use", f"{info.tokens}{budget} tokens, ${info.cost_usd:.4f}{cost}")
     if last:
         t.add_row("last step", last)
+    if info.status == "awaiting review":
+        t.add_row("review", f"{info.stop_reason}: kernelwright chat --attach {info.id}")
     return t

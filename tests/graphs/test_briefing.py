@@ -75,7 +75,7 @@ def test_cpu_roles_are_told_nothing_is_timed_and_build_on_the_unmeasured_child(t
     assert first["decision"]["predicted_speedup"] == 1.1 and first["decision"]["measured_speedup"] is None
     assert second["parent"] == first["child"], "the verified idea was not built on"
     assert "BLOCK = 512" in run.kernel(second["child"]) and "NUM_WARPS = 8" in run.kernel(second["child"])
-    assert second["decision"]["decision"] == "unmeasured" and second["schema_version"] == 2
+    assert second["decision"]["decision"] == "unmeasured" and second["schema_version"] == 3
 
     problem, seed, child = PROBLEM.read_text(), SEED.read_text(), run.kernel(first["child"])
     analyst1, strategist1, coder1 = prompt_of(m, 0), prompt_of(m, 1), prompt_of(m, 2)
