@@ -228,8 +228,8 @@ class RunHandle:
                 return Command(resume={by_step[s].interrupt_id: d.model_dump() for s, d in ready.items()})
             if self.context.stop_requested:
                 self.run.update(status="awaiting review",
-                                stop_reason=f"{len(pending)} proposal(s) wait for a review; the run resumes with "
-                                            f"kernelwright chat --attach {self.run.id} (or optimize --resume)")
+                                stop_reason=f"stopped while {len(pending)} proposal(s) wait for a review; resume: "
+                                            f"kernelwright chat --attach {self.run.id}")
                 return None
             time.sleep(POLL_S)
 
@@ -426,3 +426,25 @@ def driven_elsewhere(run_id: str, runs_dir: str | Path = "runs") -> bool:
 def request_stop(run_id: str, *, by: str | None = None, runs_dir: str | Path = "runs") -> None:
     """Ask whatever process drives the run to stop after the step in flight (checkpointed; resumable)."""
     _desk(run_id, runs_dir).request_stop(by or who("python"))
+
+
+def chat_asker(spec: str, config: RunConfig, models: dict[str, BaseChatModel] | None = None) -> Any:
+    """A function (run_id, runs_dir, text) -> answer: the chat agent on `spec`, with read tools and the chat's
+    actions over the run, keeping the conversation between calls."""
+    from langchain_core.messages import BaseMessage
+
+    from kernelwright.agents import chat_agent
+    from kernelwright.agents.llm import Models
+
+    built = Models(config.base_url, config.prices, models)
+    history: list[BaseMessage] = []
+
+    def ask(run_id: str, runs_dir: str | Path, text: str) -> str:
+        try:
+            model = built.chat_model(spec)
+        except ProviderError as e:
+            return str(e)
+        tools = chat_agent.RunTools(RunStore(runs_dir).open(run_id), who("chat"))
+        return chat_agent.ask(model, tools, text, history)
+
+    return ask

@@ -251,6 +251,52 @@ def optimize_cmd(
     raise typer.Exit(0 if summary.best_path else 1)
 
 
+@app.command("chat")
+def chat_cmd(
+    problem: Annotated[Optional[Path], typer.Argument(help="problem file (KernelBench format); omit with --attach")] = None,
+    attach: Annotated[Optional[str], typer.Option("--attach", help="review (or resume and drive) the run with this id")] = None,
+    seed_kernel: Annotated[Optional[Path], typer.Option("--seed-kernel", help="a working candidate to start from")] = None,
+    model: Annotated[str, typer.Option(help="builtin (no model) or provider:model")] = "builtin",
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (vLLM, SGLang, Ollama)")] = None,
+    role_model: Annotated[Optional[list[str]], typer.Option("--role-model", help="ROLE=provider:model, per role")] = None,
+    iterations: Annotated[int, typer.Option(min=1, help="candidate children to evaluate in all")] = 8,
+    time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="wall-time budget, e.g. 90s, 30m, 8h")] = None,
+    branches: Annotated[int, typer.Option(min=1, max=64, help="parents per generation (parallel branches)")] = 1,
+    device: Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N (default: cuda when a GPU is present)")] = None,
+    precision: Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract")] = None,
+    trials: Annotated[int, typer.Option(min=1, max=100, help="verifier trials per input family")] = 5,
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
+    token_budget: Annotated[Optional[int], typer.Option("--token-budget", min=1, help="stop after this many model tokens (all roles)")] = None,
+    cost_budget: Annotated[Optional[float], typer.Option("--cost-budget", min=0.0, help="stop after this much model spend, USD (needs --price)")] = None,
+    price: Annotated[Optional[list[str]], typer.Option("--price", help="provider:model=IN/OUT, USD per million input/output tokens")] = None,
+    profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence (as for optimize)")] = ProfileOpt.auto,
+) -> None:
+    """A chat session over a run: review each proposal (approve, edit, reject, propose your own), steer, ask why."""
+    from kernelwright import api
+    from kernelwright import chat as chat_mod
+    from kernelwright import optimize as opt
+
+    if (problem is None) == (attach is None):
+        raise _usage_error("give a problem file to start a run, or --attach RUN_ID (not both)")
+
+    def start() -> api.RunHandle:
+        if seed_kernel is not None and not seed_kernel.is_file():
+            raise api.UsageError(f"{seed_kernel}: no such seed kernel file")
+        config = opt.build_config(model=model, base_url=base_url, role_models=role_model or [], iterations=iterations,
+                                  time_budget=time_budget, branches=branches, device=device,
+                                  precision=precision.value if precision else None, trials=trials,
+                                  token_budget=token_budget, cost_budget=cost_budget, prices=price or [],
+                                  profile=profile.value, review="proposals")
+        return api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir)  # type: ignore[arg-type]
+
+    try:
+        code = chat_mod.run_chat(attach=attach, runs_dir=run_dir, console=out, start=start,
+                                 asker_for=chat_mod.asker_for)
+    except api.UsageError as e:
+        raise _usage_error(str(e)) from None
+    raise typer.Exit(code)
+
+
 @app.command("mcp")
 def mcp_cmd(
     transport: Annotated[TransportOpt, typer.Option(help="stdio (a chat client starts the server) or http "

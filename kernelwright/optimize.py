@@ -77,6 +77,18 @@ def parse_prices(items: list[str]) -> dict[str, list[float]]:
     return out
 
 
+def build_config(*, model: str, base_url: str | None, role_models: list[str], iterations: int,
+                 time_budget: str | None, branches: int, device: str | None, precision: str | None, trials: int,
+                 token_budget: int | None, cost_budget: float | None, prices: list[str] | None, profile: str,
+                 review: str) -> api.RunConfig:
+    """optimize's (and chat's) flags as a RunConfig; UsageError, one sentence, for a bad one."""
+    return api.RunConfig(device=device or "", precision=precision, branches=branches, iterations=iterations,
+                         time_budget_s=parse_duration(time_budget) if time_budget else None, trials=trials,
+                         model=model, base_url=base_url, role_models=parse_role_models(role_models),
+                         token_budget=token_budget, cost_budget_usd=cost_budget, prices=parse_prices(prices or []),
+                         profile=profile, review=review)
+
+
 def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, base_url: str | None,
                  role_models: list[str], iterations: int, time_budget: str | None, branches: int, device: str | None,
                  precision: str | None, trials: int, run_dir: Path, resume: str | None,
@@ -85,8 +97,6 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                  profile: str = "auto", review: str = "none") -> Summary:
     """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
     view, and the first Ctrl-C asks it to stop after the generation in flight."""
-    from kernelwright.agents.context import RunConfig
-
     if resume:
         handle = api.resume_run(resume, runs_dir=run_dir, models=models)
     else:
@@ -94,11 +104,10 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
             raise UsageError("give a problem file (or --resume RUN_ID)")
         if seed_kernel is not None and not seed_kernel.is_file():
             raise UsageError(f"{seed_kernel}: no such seed kernel file")
-        config = RunConfig(device=device or "", precision=precision, branches=branches, iterations=iterations,
-                           time_budget_s=parse_duration(time_budget) if time_budget else None, trials=trials,
-                           model=model, base_url=base_url, role_models=parse_role_models(role_models),
-                           token_budget=token_budget, cost_budget_usd=cost_budget, prices=parse_prices(prices or []),
-                           profile=profile, review=review)
+        config = build_config(model=model, base_url=base_url, role_models=role_models, iterations=iterations,
+                              time_budget=time_budget, branches=branches, device=device, precision=precision,
+                              trials=trials, token_budget=token_budget, cost_budget=cost_budget, prices=prices,
+                              profile=profile, review=review)
         handle = api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir, models=models)
     previous = signal.getsignal(signal.SIGINT)
 

@@ -16,6 +16,7 @@ decision survives the death of both processes: the driver that resumes the run f
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import socket
@@ -46,9 +47,9 @@ def now() -> str:
 def who(channel: str) -> str:
     """Who decided, as the trace records it: the channel and the person's login on this host."""
     try:
-        user = os.getlogin()
-    except OSError:
-        user = os.environ.get("USER") or "unknown"
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = "unknown"
     return f"{channel}:{user}@{socket.gethostname()}"
 
 

@@ -1,0 +1,144 @@
+"""The chat agent of `kernelwright chat`: a person's free text goes to the run's model, which answers with
+read tools over the run (steps, archive, kernels, pending reviews) and can take the same actions as the
+chat commands (approve, reject, propose, steer). Every action goes through the run's review desk, recorded
+as the chat's, exactly as if typed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import StructuredTool
+
+from kernelwright.tools.review import Decision, ReviewDesk, ReviewError
+from kernelwright.tools.runstore import Run
+
+from .archive import Archive
+from .records import StepRecord
+from .review import proposal_of
+
+SYSTEM = """You are the assistant of a kernel engineer who steers a kernelwright run: an evolutionary loop
+(analyst -> strategist -> coder -> verifier -> archive) that makes a GPU kernel faster, judged by a
+verifier that fuzzes correctness and times each candidate. Answer questions about the run from its
+records (use the tools; never guess numbers), and act only when asked: approve, reject with the person's
+reason, propose a change, or add a steering note. Be brief and concrete; quote measured numbers with
+their units."""
+
+MAX_TURNS = 8
+CLIP = 6000
+
+
+def _clip(text: str, n: int = CLIP) -> str:
+    return text if len(text) <= n else text[:n] + f"\n… ({len(text) - n} more characters)"
+
+
+class RunTools:
+    """The agent's tools over one run."""
+
+    def __init__(self, run: Run, by: str) -> None:
+        self.run = run
+        self.desk = ReviewDesk(run)
+        self.by = by
+
+    def _steps(self) -> list[StepRecord]:
+        return [StepRecord.model_validate(r) for r in self.run.trace()]
+
+    def list_steps(self) -> str:
+        """One line per recorded step: id, proposal, review, verdict, archive decision."""
+        lines = [f"{s.step_id}: {s.proposal.what if s.proposal else '-'} | review "
+                 f"{s.review.decision if s.review else '-'} | {s.verdict} | {s.decision.decision}: {s.decision.why}"
+                 for s in self._steps()]
+        return "\n".join(lines) or "no step recorded yet"
+
+    def read_step(self, step_id: str) -> str:
+        """A step's full record (diagnosis, proposal, review, diff, verdict, timing, decision) as JSON."""
+        for s in self._steps():
+            if s.step_id == step_id or str(s.step) == step_id:
+                return _clip(s.model_dump_json(indent=1, exclude={"llm"}))
+        return f"no step {step_id}"
+
+    def archive_summary(self) -> str:
+        """The best kernel, the elites and the untimed verified kernels, with their measured numbers."""
+        d = self.run.path / "archive"
+        versions = sorted(int(p.stem) for p in d.glob("*.json") if p.stem.isdigit()) if d.is_dir() else []
+        if not versions:
+            return "the archive is empty (the seed has not been judged yet)"
+        a = Archive.model_validate(self.run.archive(versions[-1]))
+        rows = []
+        for h in a.elites + a.unmeasured:
+            e = a.entries[h]
+            rows.append({"kernel": h[:12], "elite": h in a.elites, "median_ms": e.median_ms,
+                         "speedup_vs_eager": e.speedup_vs_eager, "speedup_vs_compile": e.speedup_vs_compile,
+                         "fraction_of_floor": e.fraction_of_floor})
+        return json.dumps({"best": a.best.id[:12] if a.best else None, "steps": len(a.steps), "kernels": rows},
+                          indent=1)
+
+    def kernel_source(self, kernel: str) -> str:
+        """A kernel's source by its hash (or the hash's first characters)."""
+        try:
+            return _clip(self.run.kernel(self.desk.kernel(kernel)))
+        except ReviewError as e:
+            return str(e)
+
+    def pending_reviews(self) -> str:
+        """The proposals waiting for the person's decision."""
+        return json.dumps([p.model_dump(exclude={"interrupt_id"}) for p in self.desk.waiting()], indent=1) or "[]"
+
+    def _decide(self, decision: Decision, step_id: str | None) -> str:
+        try:
+            p = self.desk.decide(step_id or None, decision)
+        except ReviewError as e:
+            return f"not done: {e}"
+        return f"{decision.type} recorded for {p.step_id}"
+
+    def approve(self, step_id: str = "") -> str:
+        """Approve the waiting proposal (the oldest unless step_id names another). Only when the person asks."""
+        return self._decide(Decision(type="approve", by=self.by), step_id)
+
+    def reject(self, reason: str, step_id: str = "") -> str:
+        """Reject the waiting proposal with the person's reason (the strategist is told)."""
+        return self._decide(Decision(type="reject", message=reason, by=self.by), step_id)
+
+    def propose(self, what: str, why: str = "", category: str = "other", step_id: str = "") -> str:
+        """Answer the waiting review with the person's own proposal instead of the strategist's."""
+        try:
+            prop = proposal_of({"what": what, "why": why or "the reviewer's proposal", "category": category})
+        except ReviewError as e:
+            return f"not done: {e}"
+        return self._decide(Decision(type="respond", proposal=prop, by=self.by), step_id)
+
+    def steer(self, note: str) -> str:
+        """Add a standing note the strategist sees from the next step on."""
+        try:
+            self.desk.steer("note", note, by=self.by)
+        except ReviewError as e:
+            return f"not done: {e}"
+        return "noted"
+
+    def tools(self) -> list[StructuredTool]:
+        return [StructuredTool.from_function(getattr(self, n)) for n in
+                ("list_steps", "read_step", "archive_summary", "kernel_source", "pending_reviews", "approve", "reject",
+                 "propose", "steer")]
+
+
+def ask(model: BaseChatModel, tools: RunTools, question: str, history: list[BaseMessage]) -> str:
+    """One exchange: the model reads and acts through the tools until it answers in words. `history` holds
+    the conversation so far and is extended in place."""
+    by_name = {t.name: t for t in tools.tools()}
+    bound = model.bind_tools(list(by_name.values()))
+    history.append(HumanMessage(question))
+    for _ in range(MAX_TURNS):
+        ai = bound.invoke([SystemMessage(SYSTEM), *history])
+        history.append(ai)
+        if not isinstance(ai, AIMessage) or not ai.tool_calls:
+            return str(ai.content) or "(no answer)"
+        for call in ai.tool_calls:
+            tool = by_name.get(call["name"])
+            try:
+                out: Any = tool.invoke(call["args"]) if tool else f"no tool {call['name']}"
+            except Exception as e:  # noqa: BLE001 - a bad tool call is the model's to fix
+                out = f"the tool failed: {type(e).__name__}: {e}"
+            history.append(ToolMessage(content=str(out), tool_call_id=call["id"]))
+    return "(the model used its tool budget without answering)"
