@@ -9,6 +9,7 @@ one process (a notebook, a server, a test) never share evaluators, prices or a s
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -109,3 +110,28 @@ class RunContext:
 
     def close(self) -> None:
         self.evaluations.close()
+
+
+class RunSetupError(Exception):
+    """A run that cannot be created (a bad problem file, an unusable device); the message is one sentence."""
+
+
+def create_run(problem: str | Path, seed_src: str | None, config: RunConfig, runs_dir: str | Path = "runs",
+               seed_path: str | None = None) -> Run:
+    """A new run directory for `problem` (checked by loading it) on the config's devices (resolved and
+    written back into `config`), with the seed kernel stored and the config saved in run.json."""
+    from kernelwright.evaluators import DeviceError, ProblemError, load_problem, resolve_device
+    from kernelwright.tools.runstore import RunStore
+
+    try:
+        prob = load_problem(Path(problem), config.precision)
+        devs = [resolve_device(d.strip()) for d in config.device.split(",")] if config.device else [resolve_device(None)]
+    except (ProblemError, DeviceError) as e:
+        raise RunSetupError(str(e)) from None
+    if len({d.type for d in devs}) > 1:
+        raise RunSetupError(f"--device {config.device}: list GPUs only (cuda:0,cuda:1) or cpu, not a mix")
+    config.device = ",".join(dict.fromkeys(str(d) for d in devs))
+    run = RunStore(runs_dir).create(str(problem), prob.source, {})
+    h = run.put_kernel(seed_src) if seed_src is not None else None
+    run.update(config={"seed_kernel": h, "seed_path": seed_path, "context": config.as_dict()})
+    return run

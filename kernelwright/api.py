@@ -27,7 +27,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from kernelwright.agents.archive import Archive
-from kernelwright.agents.context import RunConfig, RunContext
+from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run
 from kernelwright.agents.llm import ROLES, ProviderError, valid_spec
 from kernelwright.agents.records import StepRecord
 from kernelwright.agents.roles import STOPPED_ON_REQUEST
@@ -266,18 +266,11 @@ def start_run(problem: str | Path, *, seed_kernel: str | Path | None = None, con
     if seed_kernel is None and config.model_for("coder") == "builtin":
         raise UsageError("the builtin policy improves an existing kernel: give one with --seed-kernel FILE")
     seed_src = _source(seed_kernel, "seed kernel") if seed_kernel is not None else None
-    try:
-        prob = load_problem(Path(problem), config.precision)
-        devs = [resolve_device(d.strip()) for d in config.device.split(",")] if config.device else [resolve_device(None)]
-    except (ProblemError, DeviceError) as e:
-        raise UsageError(str(e)) from None
-    if len({d.type for d in devs}) > 1:
-        raise UsageError(f"--device {config.device}: list GPUs only (cuda:0,cuda:1) or cpu, not a mix")
-    config.device = ",".join(dict.fromkeys(str(d) for d in devs))
-    run = RunStore(runs_dir).create(str(problem), prob.source, {})
-    h = run.put_kernel(seed_src) if seed_src is not None else None
     seed_path = str(seed_kernel) if seed_kernel is not None and _is_path(seed_kernel) else None
-    run.update(config={"seed_kernel": h, "seed_path": seed_path, "context": config.as_dict()})
+    try:
+        run = create_run(problem, seed_src, config, runs_dir, seed_path)
+    except RunSetupError as e:
+        raise UsageError(str(e)) from None
     return RunHandle(run, config, models, fresh=True)
 
 

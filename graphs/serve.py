@@ -1,0 +1,129 @@
+"""The optimization graph as `langgraph dev` serves it (langgraph.json at the repository root), for
+LangGraph Studio and Agent Chat UI.
+
+A served graph gets only JSON: its input names the problem, the seed kernel and the run's settings. The
+`start` node creates the run directory (or reopens `run_id`); the `optimize` node builds the run's
+context (evaluators, models) and runs the optimization graph (graphs/optimize.py) inside it, as a
+subgraph on the server's checkpointer. With `review: "proposals"` (the default here) each branch pauses
+with LangGraph's human-in-the-loop request, which Agent Chat UI shows with approve / edit / reject /
+respond; the thread resumes with the UI's answer. On resume the `optimize` node starts again, rebuilds the
+context and the subgraph continues from its own checkpoint: nothing is redone.
+
+`checkpointer` (langgraph.json's "checkpointer") keeps the server's threads in runs/langgraph.sqlite, so
+they outlive a restart of `langgraph dev`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run
+from kernelwright.tools.runstore import RunError, RunStore
+
+from kernelwright.graphs.optimize import builder, initial_state
+
+
+class ServeInput(TypedDict, total=False):
+    problem: str
+    """the problem file (a path on the server's machine)"""
+    seed_kernel: str | None
+    """the seed kernel: a file path, or its source"""
+    iterations: int
+    branches: int
+    device: str
+    """cpu, cuda, cuda:N (default: cuda when the server has a GPU)"""
+    model: str
+    """builtin or provider:model (the server's environment holds the provider's key)"""
+    review: str
+    """proposals (default): pause each branch for a decision; none: unattended"""
+    runs_dir: str
+    run_id: str | None
+    """continue this run instead of creating one"""
+
+
+class ServeState(ServeInput, total=False):
+    status: str
+    stop_reason: str | None
+    best_kernel: str | None
+    best_speedup: float | None
+    error: str | None
+
+
+def _settings(state: ServeState) -> RunConfig:
+    return RunConfig(device=state.get("device") or "", iterations=int(state.get("iterations") or 8),
+                     branches=int(state.get("branches") or 1), model=state.get("model") or "builtin",
+                     review=state.get("review") or "proposals")
+
+
+def start(state: ServeState) -> dict[str, Any]:
+    runs_dir = state.get("runs_dir") or "runs"
+    if state.get("run_id"):
+        try:
+            RunStore(runs_dir).open(state["run_id"])  # type: ignore[arg-type]
+        except RunError as e:
+            return {"error": str(e), "status": "failed"}
+        return {}
+    problem = state.get("problem")
+    if not problem:
+        return {"error": "give the problem file's path as 'problem'", "status": "failed"}
+    seed = state.get("seed_kernel")
+    seed_src = Path(seed).read_text() if seed and "\n" not in seed and os.path.isfile(seed) else seed
+    try:
+        run = create_run(problem, seed_src, _settings(state), runs_dir, seed if seed_src != seed else None)
+    except RunSetupError as e:
+        return {"error": str(e), "status": "failed"}
+    return {"run_id": run.id, "status": "running"}
+
+
+def _context(state: ServeState) -> RunContext:
+    run = RunStore(state.get("runs_dir") or "runs").open(state["run_id"])  # type: ignore[arg-type]
+    return RunContext.open(RunConfig.from_dict(run.info().config.context), run)
+
+
+async def optimize(state: ServeState) -> dict[str, Any]:
+    """Async, because the server's checkpointer is: the roles themselves still run in threads."""
+    ctx = await asyncio.to_thread(_context, state)  # file I/O stays off the server's event loop
+    inner = builder().compile()  # on the server's checkpointer, as a subgraph of this node
+    try:
+        await inner.ainvoke(initial_state(), context=ctx)
+    finally:
+        await asyncio.to_thread(ctx.close)  # also while a review waits: the workers are not held for it
+    info = await asyncio.to_thread(ctx.run.info)
+    return {"status": info.status, "stop_reason": info.stop_reason, "best_kernel": info.best_kernel,
+            "best_speedup": info.best_speedup}
+
+
+def _route(state: ServeState) -> str:
+    return END if state.get("error") else "optimize"
+
+
+def served() -> StateGraph:
+    g = StateGraph(ServeState, input_schema=ServeInput)
+    g.add_node("start", start)
+    g.add_node("optimize", optimize)
+    g.add_edge(START, "start")
+    g.add_conditional_edges("start", _route, ["optimize", END])
+    g.add_edge("optimize", END)
+    return g
+
+
+graph = served().compile()
+"""What langgraph.json names: the server compiles it with its own checkpointer."""
+
+
+@contextlib.asynccontextmanager
+async def checkpointer() -> AsyncIterator[Any]:
+    """langgraph.json's checkpointer: SQLite in the runs folder, so threads outlive the server."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    path = Path(os.environ.get("KERNELWRIGHT_LANGGRAPH_DB", "runs/langgraph.sqlite"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        yield saver

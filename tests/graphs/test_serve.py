@@ -1,0 +1,83 @@
+"""The graph `langgraph dev` serves (langgraph.json): JSON in, a run created, each proposal paused with
+LangGraph's human-in-the-loop request and resumed with Agent Chat UI's answers (approve, reject), across
+a restart of the server's checkpointer connection; and langgraph.json names what exists."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.types import Command
+
+from kernelwright.graphs import serve
+from kernelwright.tools.runstore import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEM = ROOT / "tests" / "graphs" / "add_problem.py"
+SEED = ROOT / "tests" / "graphs" / "add_seed.py"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@contextlib.asynccontextmanager
+async def _graph(db: Path):  # type: ignore[no-untyped-def]
+    async with AsyncSqliteSaver.from_conn_string(str(db)) as saver:
+        yield serve.served().compile(checkpointer=saver)
+
+
+async def _session(tmp_path: Path) -> None:
+    db, runs, thread = tmp_path / "lg.sqlite", tmp_path / "runs", {"configurable": {"thread_id": "t"}}
+    async with _graph(db) as g:
+        out = await g.ainvoke({"problem": str(PROBLEM), "seed_kernel": str(SEED), "iterations": 2, "device": "cpu",
+                               "runs_dir": str(runs)}, thread)
+    (first,) = out["__interrupt__"]
+    req = first.value
+    assert req["action_requests"][0]["name"] == "propose_change" and req["step_id"] == "g1b0"
+    assert req["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject", "respond"]
+    # the server restarts while the review waits: a new connection to the same database
+    async with _graph(db) as g:
+        out = await g.ainvoke(Command(resume={first.id: {"decisions": [{"type": "approve"}]}}), thread)
+        (second,) = out["__interrupt__"]
+        assert second.value["step_id"] == "g2b0"
+        out = await g.ainvoke(Command(resume={second.id: {"decisions": [{"type": "reject", "message": "not now"}]}}),
+                              thread)
+    assert "__interrupt__" not in out and out["status"] == "finished"
+    run = RunStore(runs).open(out["run_id"])
+    trace = run.trace()
+    assert [(r["step_id"], r["review"]["decision"], r["review"]["by"]) for r in trace] == [
+        ("g1b0", "approve", "langgraph"), ("g2b0", "reject", "langgraph")]
+    assert trace[1]["decision"]["why"] == "rejected by the reviewer: not now"
+
+
+def test_the_served_graph_pauses_for_agent_chat_ui_and_survives_a_restart(tmp_path: Path) -> None:
+    asyncio.run(_session(tmp_path))
+
+
+def test_a_bad_problem_ends_the_thread_with_one_sentence(tmp_path: Path) -> None:
+    async def go() -> dict:  # type: ignore[type-arg]
+        async with _graph(tmp_path / "lg.sqlite") as g:
+            return await g.ainvoke({"problem": str(tmp_path / "nope.py"), "runs_dir": str(tmp_path / "runs")},
+                                   {"configurable": {"thread_id": "t"}})
+
+    out = asyncio.run(go())
+    assert out["status"] == "failed" and "nope.py" in out["error"] and "\n" not in out["error"]
+
+
+def test_langgraph_json_names_what_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = json.loads((ROOT / "langgraph.json").read_text())
+    for spec in [*cfg["graphs"].values(), cfg["checkpointer"]["path"]]:
+        path, _, name = spec.partition(":")
+        module = importlib.import_module("kernelwright." + path.removeprefix("./").removesuffix(".py").replace("/", "."))
+        assert hasattr(module, name), spec
+    monkeypatch.setenv("KERNELWRIGHT_LANGGRAPH_DB", str(tmp_path / "db" / "lg.sqlite"))
+
+    async def open_it() -> str:
+        async with serve.checkpointer() as saver:
+            return type(saver).__name__
+
+    assert asyncio.run(open_it()) == "AsyncSqliteSaver" and (tmp_path / "db" / "lg.sqlite").exists()
