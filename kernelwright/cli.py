@@ -205,24 +205,41 @@ def profile_cmd(
     raise typer.Exit(0 if prof.verdict == "pass" else 1)
 
 
+# flags optimize and chat share
+SeedKernelOpt = Annotated[Optional[Path], typer.Option("--seed-kernel", help="a working candidate to start from")]
+ModelOpt = Annotated[str, typer.Option(help="builtin (no model) or provider:model")]
+BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (vLLM, SGLang, Ollama)")]
+RoleModelOpt = Annotated[Optional[list[str]], typer.Option("--role-model", help="ROLE=provider:model, per role")]
+IterationsOpt = Annotated[int, typer.Option(min=1, help="candidate children to evaluate in all")]
+TimeBudgetOpt = Annotated[Optional[str], typer.Option("--time-budget", help="wall-time budget, e.g. 90s, 30m, 8h")]
+BranchesOpt = Annotated[int, typer.Option(min=1, max=64, help="parents per generation (parallel branches)")]
+DeviceOpt = Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N (default: cuda when a GPU is present)")]
+PrecisionFlag = Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract")]
+TrialsOpt = Annotated[int, typer.Option(min=1, max=100, help="verifier trials per input family")]
+RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="folder of run directories")]
+TokenBudgetOpt = Annotated[Optional[int], typer.Option("--token-budget", min=1, help="stop after this many model tokens (all roles)")]
+CostBudgetOpt = Annotated[Optional[float], typer.Option("--cost-budget", min=0.0, help="stop after this much model spend, USD (needs --price)")]
+PriceOpt = Annotated[Optional[list[str]], typer.Option("--price", help="provider:model=IN/OUT, USD per million input/output tokens")]
+
+
 @app.command("optimize")
 def optimize_cmd(
     problem: Annotated[Optional[Path], typer.Argument(help="problem file (KernelBench format); omit with --resume")] = None,
-    seed_kernel: Annotated[Optional[Path], typer.Option("--seed-kernel", help="a working candidate to start from")] = None,
-    model: Annotated[str, typer.Option(help="builtin (no model) or provider:model")] = "builtin",
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (vLLM, SGLang, Ollama)")] = None,
-    role_model: Annotated[Optional[list[str]], typer.Option("--role-model", help="ROLE=provider:model, per role")] = None,
-    iterations: Annotated[int, typer.Option(min=1, help="candidate children to evaluate in all")] = 8,
-    time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="wall-time budget, e.g. 90s, 30m, 8h")] = None,
-    branches: Annotated[int, typer.Option(min=1, max=64, help="parents per generation (parallel branches)")] = 2,
-    device: Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N (default: cuda when a GPU is present)")] = None,
-    precision: Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract")] = None,
-    trials: Annotated[int, typer.Option(min=1, max=100, help="verifier trials per input family")] = 5,
-    run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
+    seed_kernel: SeedKernelOpt = None,
+    model: ModelOpt = "builtin",
+    base_url: BaseUrlOpt = None,
+    role_model: RoleModelOpt = None,
+    iterations: IterationsOpt = 8,
+    time_budget: TimeBudgetOpt = None,
+    branches: BranchesOpt = 2,
+    device: DeviceOpt = None,
+    precision: PrecisionFlag = None,
+    trials: TrialsOpt = 5,
+    run_dir: RunDirOpt = Path("runs"),
     resume: Annotated[Optional[str], typer.Option("--resume", help="continue the run with this id")] = None,
-    token_budget: Annotated[Optional[int], typer.Option("--token-budget", min=1, help="stop after this many model tokens (all roles)")] = None,
-    cost_budget: Annotated[Optional[float], typer.Option("--cost-budget", min=0.0, help="stop after this much model spend, USD (needs --price)")] = None,
-    price: Annotated[Optional[list[str]], typer.Option("--price", help="provider:model=IN/OUT, USD per million input/output tokens")] = None,
+    token_budget: TokenBudgetOpt = None,
+    cost_budget: CostBudgetOpt = None,
+    price: PriceOpt = None,
     profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence: profile the seed and new elites (auto: with ncu when "
                                                      "it can read counters; torch: torch.profiler only; off)")] = ProfileOpt.auto,
     review: Annotated[ReviewOpt, typer.Option(help="proposals: pause each branch after its strategist until a person "
@@ -255,20 +272,20 @@ def optimize_cmd(
 def chat_cmd(
     problem: Annotated[Optional[Path], typer.Argument(help="problem file (KernelBench format); omit with --attach")] = None,
     attach: Annotated[Optional[str], typer.Option("--attach", help="review (or resume and drive) the run with this id")] = None,
-    seed_kernel: Annotated[Optional[Path], typer.Option("--seed-kernel", help="a working candidate to start from")] = None,
-    model: Annotated[str, typer.Option(help="builtin (no model) or provider:model")] = "builtin",
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (vLLM, SGLang, Ollama)")] = None,
-    role_model: Annotated[Optional[list[str]], typer.Option("--role-model", help="ROLE=provider:model, per role")] = None,
-    iterations: Annotated[int, typer.Option(min=1, help="candidate children to evaluate in all")] = 8,
-    time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="wall-time budget, e.g. 90s, 30m, 8h")] = None,
-    branches: Annotated[int, typer.Option(min=1, max=64, help="parents per generation (parallel branches)")] = 1,
-    device: Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N (default: cuda when a GPU is present)")] = None,
-    precision: Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract")] = None,
-    trials: Annotated[int, typer.Option(min=1, max=100, help="verifier trials per input family")] = 5,
-    run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
-    token_budget: Annotated[Optional[int], typer.Option("--token-budget", min=1, help="stop after this many model tokens (all roles)")] = None,
-    cost_budget: Annotated[Optional[float], typer.Option("--cost-budget", min=0.0, help="stop after this much model spend, USD (needs --price)")] = None,
-    price: Annotated[Optional[list[str]], typer.Option("--price", help="provider:model=IN/OUT, USD per million input/output tokens")] = None,
+    seed_kernel: SeedKernelOpt = None,
+    model: ModelOpt = "builtin",
+    base_url: BaseUrlOpt = None,
+    role_model: RoleModelOpt = None,
+    iterations: IterationsOpt = 8,
+    time_budget: TimeBudgetOpt = None,
+    branches: BranchesOpt = 1,
+    device: DeviceOpt = None,
+    precision: PrecisionFlag = None,
+    trials: TrialsOpt = 5,
+    run_dir: RunDirOpt = Path("runs"),
+    token_budget: TokenBudgetOpt = None,
+    cost_budget: CostBudgetOpt = None,
+    price: PriceOpt = None,
     profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence (as for optimize)")] = ProfileOpt.auto,
 ) -> None:
     """A chat session over a run: review each proposal (approve, edit, reject, propose your own), steer, ask why."""
@@ -303,7 +320,7 @@ def mcp_cmd(
                                                          "(streamable HTTP at http://HOST:PORT/mcp)")] = TransportOpt.stdio,
     host: Annotated[str, typer.Option(help="http: the address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="http: the port to listen on")] = 8765,
-    run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
+    run_dir: RunDirOpt = Path("runs"),
 ) -> None:
     """Serve kernelwright to MCP clients (Claude Code, Cursor, ...): start, review, steer and read runs."""
     try:
