@@ -13,6 +13,7 @@ inputs are plain dicts and models, the randomness is an explicit `random.Random`
 from __future__ import annotations
 
 import random
+import re
 import statistics
 from typing import Any, Callable
 
@@ -163,9 +164,42 @@ def move_for(source: str, proposal: Proposal) -> AnyMove:
     raise KeyError(f"the proposal {proposal.key!r} does not apply to this source")
 
 
-def apply_proposal(source: str, proposal: Proposal) -> str:
-    """The child source of a builtin proposal: `apply(source, move_for(source, proposal))`."""
-    return apply(source, move_for(source, proposal))
+def apply_proposal(source: str, proposal: Proposal, any_value: bool = False) -> str:
+    """The child source of a builtin proposal: `apply(source, move_for(source, proposal))`. With `any_value`
+    (a person's proposal), a knob may take any value the proposal names, not only the catalog's neighbours
+    (`named_move`); KeyError, saying what the builtin coder can apply, when it names none."""
+    try:
+        return apply(source, move_for(source, proposal))
+    except KeyError:
+        if not any_value:
+            raise
+        move = named_move(source, proposal)
+        if move is None:
+            raise KeyError(cannot_apply(source)) from None
+        return apply(source, move)
+
+
+_NAMED = re.compile(r"\b([A-Za-z_][\w.]*)\s*(?:=|:=)\s*(-?\d+)\b|\b([A-Za-z_][\w.]*)\s+-?\d+\s*(?:->|→|to)\s*(-?\d+)\b")
+
+
+def named_move(source: str, proposal: Proposal) -> AnyMove | None:
+    """The knob change a person's proposal names, in its key or its words: `NAME=VALUE` (two joined by a
+    comma), or 'NAME 4 -> 8'. None when it names no knob of this source."""
+    found = knobs(source)
+    move = _parse_key(proposal.key, found)
+    if move is not None:
+        return move
+    parts = [(m.group(1) or m.group(3), m.group(2) or m.group(4)) for m in _NAMED.finditer(proposal.what)]
+    parts = [(k, v) for k, v in parts if k in found]
+    return _parse_key(",".join(f"{k}={v}" for k, v in parts[:2]), found) if parts else None
+
+
+def cannot_apply(source: str) -> str:
+    """Why the builtin coder cannot apply a proposal, in one sentence, with this source's knobs."""
+    found = knobs(source)
+    listed = ", ".join(f"{k}={kn.value}" for k, kn in list(found.items())[:8]) or "none"
+    return ("the builtin coder applies knob changes only (NAME=VALUE, or 'NAME 4 -> 8'): name a knob of the "
+            f"parent and its new value (its knobs: {listed}), give the kernel itself, or run with a model as coder")
 
 
 def _parse_key(key: str, found: dict) -> AnyMove | None:

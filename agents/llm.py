@@ -343,7 +343,7 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: s
                transcript: list[dict[str, Any]] | None = None, sibling_rank: int = 0, facts: str = "(not given)",
                evidence: str = "(not given)", inspirations: str = "(none)", predictions: str = "(none)",
                playbook: str | None = None, parent_label: str = "the kernel to improve",
-               steering: str = "") -> Proposal:
+               steering: str = "", coder_can: str = "") -> Proposal:
     siblings = ("(none: this is the only branch on this parent)" if sibling_rank == 0 else
                 f"{sibling_rank} other branch(es) work on this same parent right now and take your most promising "
                 f"idea(s); to keep the branches distinct, propose your choice number {sibling_rank + 1} in order of "
@@ -353,6 +353,8 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: s
         history=history or "(none yet)", failed=", ".join(failed) or "(none)", siblings=siblings, facts=facts,
         evidence=evidence, inspirations=inspirations, predictions=predictions, parent_label=parent_label,
         playbook=playbook if playbook is not None else clip(prompts.playbook(), PLAYBOOK_CHARS))
+    if coder_can:
+        prompt += "\n\n## What the coder can apply in this run\n" + coder_can
     if steering:
         prompt += ("\n\n## The reviewer's standing instructions (a person steering this run: follow them)\n"
                    + steering)

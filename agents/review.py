@@ -123,6 +123,25 @@ def proposal_of(data: dict[str, Any], original: dict[str, Any] | None = None) ->
         raise ReviewError(f"proposal field {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
 
 
+def for_coder(proposal: dict[str, Any], parent_src: str, coder: str) -> dict[str, Any]:
+    """A person's proposal as the run's coder will take it. The builtin coder applies knob changes only: the
+    proposal must name a knob of the parent and its new value, and its key becomes that move's (so the move
+    counts as tried on the parent); ReviewError, saying what it can apply, otherwise. A model coder takes
+    any proposal."""
+    if coder != "builtin":
+        return proposal
+    from .builtin import cannot_apply, move_for, named_move
+
+    p = Proposal.model_validate(proposal)
+    try:
+        move = move_for(parent_src, p)
+    except KeyError:
+        move = named_move(parent_src, p)
+    if move is None:
+        raise ReviewError(cannot_apply(parent_src))
+    return {**proposal, "key": move.key}
+
+
 def apply(state: dict[str, Any], decision: Decision) -> dict[str, Any]:
     """The branch update a decision makes: the proposal the coder gets (or none), the kernel the reviewer gave,
     and the review record for the trace."""

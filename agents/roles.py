@@ -28,7 +28,7 @@ from .archive import (Archive, Outcome, admit, describe, inspirations, lineage_h
 from .archive import seed as seed_archive
 from .builtin import apply_proposal, diagnose, lineage_gains, propose
 from .context import RunContext
-from .moves import no_moves_reason
+from .moves import catalog, no_moves_reason
 from .records import StepRecord
 from .schemas import Diagnosis, Proposal
 
@@ -176,7 +176,7 @@ def select(state: State, ctx: RunContext) -> State:
     archive = load_archive(state, ctx)
     gen = state.get("generation", 0) + 1
     rng = random.Random(f"{cfg.seed}/{gen}")
-    left = cfg.iterations - len(archive.steps)
+    left = cfg.iterations - counted_steps(archive)
     k = max(1, min(cfg.branches, left))
     pinned = ReviewDesk(ctx.run).steering().pinned
     if pinned and pinned in archive.entries:
@@ -211,6 +211,24 @@ def branch_inputs(state: State, ctx: RunContext) -> list[State]:
 
 def _steering(state: State) -> Steering:
     return Steering.model_validate(state.get("steering") or {})
+
+
+def _coder_can(ctx: RunContext, parent_src: str) -> str:
+    """For a model strategist whose coder is the builtin policy: the knob moves that coder can apply."""
+    if ctx.config.uses_model("coder"):
+        return ""
+    keys = [m.key for m in catalog(parent_src)]
+    return ("The coder is the builtin policy: it applies one knob change and nothing else. Propose one of these "
+            f"keys (as `key`): {', '.join(keys[:40]) or '(none: this parent has no knob it can change)'}")
+
+
+def _reviewer_says(state: State) -> str:
+    """What the person said that the strategist must heed: the standing steering and the proposals they
+    rejected on this lineage, with their reasons."""
+    lines = [_steering(state).render()]
+    lines += [f"- the reviewer rejected {h.get('proposal')} on this lineage: {h['why'].removeprefix('rejected by the reviewer: ')}"
+              for h in state.get("history") or [] if str(h.get("why", "")).startswith("rejected by the reviewer")]
+    return "\n".join(x for x in lines if x)
 
 
 PLATEAU_WINDOW = 4
@@ -273,7 +291,8 @@ def _llm_strategist(state: State, ctx: RunContext) -> State:
                                                                      parent_src, run.kernel),
                            predictions=briefing.clip(state.get("predictions") or "(none yet)",
                                                      briefing.PREDICTIONS_CHARS),
-                           parent_label=_label(state), steering=_steering(state).render())
+                           parent_label=_label(state), steering=_reviewer_says(state),
+                           coder_can=_coder_can(ctx, parent_src))
         rec = _llm_record(state, ctx, "strategist", usage, transcript)
         ban = reviews.banned(p.model_dump(), _steering(state))
         if ban:
@@ -405,10 +424,10 @@ def coder(state: State, ctx: RunContext) -> State:
     proposal = Proposal.model_validate(state["proposal"])
     if ctx.config.uses_model("coder"):
         return _llm_coder(state, ctx, parent_src, proposal)
-    try:
-        child_src = apply_proposal(parent_src, proposal)
+    try:  # a person's proposal may give a knob any value; the strategist's come from the catalog
+        child_src = apply_proposal(parent_src, proposal, any_value=rev.get("decision") in ("edit", "respond"))
     except (KeyError, ValueError) as e:
-        return {"child": None, "coder": {"error": str(e)}}
+        return {"child": None, "coder": {"error": str(e.args[0]) if e.args else str(e)}}
     return {"child": run.put_kernel(child_src), "coder": {"policy": "builtin",
                                                            "diff": _diff(state["parent"], parent_src, child_src)}}
 
@@ -435,6 +454,12 @@ def verifier(state: State, ctx: RunContext) -> State:
 # -- the archive ------------------------------------------------------------------------------------------
 
 
+def counted_steps(archive: Archive) -> int:
+    """Steps that count against the iteration budget: all but the proposals a person rejected (no child
+    was made or judged for them)."""
+    return sum(1 for s in archive.steps if s.reason != "reviewer_rejected")
+
+
 def spent_so_far(ctx: RunContext) -> dict[str, Any]:
     """Tokens and cost of every model call of the run: the steps in the trace and the seed writer's attempts."""
     tokens, cost = 0, 0.0
@@ -459,10 +484,11 @@ def archive_step(state: State, ctx: RunContext) -> State:
         key = (r.get("proposal") or {}).get("key") or "none"
         outcome = Outcome.model_validate(r["outcome"]) if r.get("outcome") else None
         rev = r.get("review") or {}
+        rejected = rev.get("decision") == "reject"
         archive, step = admit(archive, r["parent"], key, outcome, step_id=r["step_id"],
-                              predicted=(r.get("proposal") or {}).get("predicted_speedup"),
+                              predicted=None if rejected else (r.get("proposal") or {}).get("predicted_speedup"),
                               no_child=(f"rejected by the reviewer: {rev.get('message') or 'no reason given'}"
-                                        if rev.get("decision") == "reject" else None))
+                                        if rejected else None))
         if step.decision == "elite":
             _collect_evidence(ctx, step.child_id or "", cfg.device_for(r.get("branch") or 0))
         used = (r.get("llm") or {}).values()
@@ -480,8 +506,8 @@ def archive_step(state: State, ctx: RunContext) -> State:
     failures = [u["error"] for r in results for u in (r.get("llm") or {}).values() if u.get("error_kind") == "provider"]
     if results and failures and all(not r.get("child") for r in results):
         stop = failures[0]  # the provider is down for good (retries spent): say so rather than spin
-    elif len(archive.steps) >= cfg.iterations:
-        stop = f"iteration budget reached ({len(archive.steps)} steps)"
+    elif counted_steps(archive) >= cfg.iterations:
+        stop = f"iteration budget reached ({counted_steps(archive)} steps)"
     elif cfg.time_budget_s is not None and time.time() - run.created_at() >= cfg.time_budget_s:
         stop = f"time budget reached ({cfg.time_budget_s:.0f} s)"
     elif cfg.token_budget is not None and spent["tokens"] >= cfg.token_budget:

@@ -1,5 +1,5 @@
 """Drive the graph `langgraph dev` serves (langgraph.json) through the LangGraph SDK, as Agent Chat UI does:
-start a thread on a problem, read each pause's human-in-the-loop request, answer approve then reject, and
+start a thread on a problem, read each pause's human-in-the-loop request, answer reject then approve, and
 print the thread's end state. Needs a running server: `langgraph dev --no-browser --no-reload` (pip install
 "langgraph-cli[inmem]") in the repository root, then: python bench/langgraph_dev_check.py [URL]."""
 
@@ -19,9 +19,10 @@ async def main(url: str) -> int:
     client = get_client(url=url)
     thread = await client.threads.create()
     inp = {"problem": str(ROOT / "tests/graphs/add_problem.py"), "seed_kernel": str(ROOT / "tests/graphs/add_seed.py"),
-           "iterations": 2, "device": "cpu", "runs_dir": tempfile.mkdtemp(prefix="kw-langgraph-")}
+           "iterations": 1, "device": "cpu", "runs_dir": tempfile.mkdtemp(prefix="kw-langgraph-")}
     await client.runs.wait(thread["thread_id"], "optimize", input=inp)
-    for answer in ({"decisions": [{"type": "approve"}]}, {"decisions": [{"type": "reject", "message": "not now"}]}):
+    # a rejected proposal does not count against the one iteration: the second pause follows it
+    for answer in ({"decisions": [{"type": "reject", "message": "not now"}]}, {"decisions": [{"type": "approve"}]}):
         state = await client.threads.get_state(thread["thread_id"])
         interrupts = state.get("interrupts") or [i for t in state.get("tasks", []) for i in t.get("interrupts", [])]
         if not interrupts:

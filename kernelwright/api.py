@@ -371,6 +371,9 @@ def review(run_id: str, decision: str, *, proposal: dict[str, Any] | str | None 
             raise ReviewError(f"decision {decision!r}: use one of {', '.join(reviews.DECISIONS)}")
         if proposal is not None:  # checked now, so the reviewer hears of a bad field, not the run
             proposal = reviews.proposal_of(proposal, target.proposal if target and decision == "edit" else None)
+            if target is not None and decision in ("edit", "respond"):
+                coder = RunConfig.from_dict(desk.run.info().config.context).model_for("coder")
+                proposal = reviews.for_coder(proposal, desk.run.kernel(target.parent), coder)
         if kernel is not None and not kernel.strip():
             raise ReviewError("the kernel is empty")
         d = Decision(type=decision, proposal=proposal, kernel=kernel, message=message, by=by or who("python"))

@@ -72,6 +72,8 @@ class Chat:
         self._shown_steps = 0
         self._shown_pending: set[str] = set()
         self._status: str | None = None
+        self.notes: list[str] = []
+        """what happened since the chat agent last answered (commands typed, steps finished), told to it next"""
         view = api.open_run(run_id, runs_dir)
         self.view = view
         self._shown_steps = len(view.steps())
@@ -142,6 +144,10 @@ class Chat:
         what = s.proposal.what if s.proposal else "no proposal"
         rev = f" [{s.review.decision} by {s.review.by}]" if s.review else ""
         self.say(f"\n[bold green]── step {s.step_id}[/] {escape(what)}{escape(rev)}")
+        self.notes.append(f"step {s.step_id} finished: verdict {s.verdict or '-'}, archive {s.decision.decision}")
+        if s.review and s.review.decision == "reject":
+            self.say(f"  rejected: {escape(s.review.message or 'no reason given')} (the strategist is told)")
+            return
         if s.coder.diff:
             plus = sum(1 for x in s.coder.diff.splitlines() if x.startswith("+") and not x.startswith("+++"))
             minus = sum(1 for x in s.coder.diff.splitlines() if x.startswith("-") and not x.startswith("---"))
@@ -164,6 +170,7 @@ class Chat:
         if not line.startswith("/"):
             self.free_text(line)
             return
+        self.notes.append(f"the person typed {line}")
         name, _, rest = line[1:].partition(" ")
         rest = rest.strip()
         fn = getattr(self, f"cmd_{name.lower()}", None)
@@ -296,6 +303,11 @@ class Chat:
         self.say(escape(explain(self.view, rest or None)))
 
     def cmd_stop(self, rest: str) -> None:
+        if not self.driving() and not api.driven_elsewhere(self.run_id, self.runs_dir):
+            info = self.view.info()
+            self.say(f"run {info.id} is not running ({info.status}): leaving")
+            self.done = True
+            return
         api.request_stop(self.run_id, by=self.by, runs_dir=self.runs_dir)
         if self.handle is not None:
             self.handle.request_stop()
@@ -316,8 +328,11 @@ class Chat:
         if self.asker is None:
             self.say("this run has no model to talk to (builtin policy); " + escape(HELP))
             return
+        since = "; ".join(self.notes[-12:])
+        self.notes = []
+        self.say("[dim]asking the model…[/]")
         try:
-            self.say(escape(self.asker(text)))
+            self.say(escape(self.asker(f"(since you last answered: {since})\n{text}" if since else text)))
         except Exception as e:  # noqa: BLE001 - a provider failure is one sentence
             self.say(f"[red]the chat model failed: {escape(type(e).__name__ + ': ' + str(e))[:300]}[/]")
 

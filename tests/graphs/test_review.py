@@ -76,7 +76,8 @@ def test_steering_and_a_rejection_reach_the_strategist(tmp_path: Path) -> None:
                                            "category": "warps"}, 3),
                          call("search_replace", {"old": "NUM_WARPS = 4\n", "new": "NUM_WARPS = 8\n"}, 4),
                          call("finish", {}, 5)])
-    with api.start_run(PROBLEM, seed_kernel=SEED, config=_config(), runs_dir=runs,
+    # one iteration: a rejected proposal does not count against the budget, so g2b0 is still made
+    with api.start_run(PROBLEM, seed_kernel=SEED, config=_config(iterations=1), runs_dir=runs,
                        models={"scripted:m": m}) as h:
         t = threading.Thread(target=h.run_to_end, daemon=True)
         t.start()
@@ -91,12 +92,14 @@ def test_steering_and_a_rejection_reach_the_strategist(tmp_path: Path) -> None:
         t.join(120)
     second_strategist = m.seen[3][0].content
     assert "leave the block size alone" in second_strategist and "pipelining" in second_strategist
-    assert "rejected by the reviewer: the block size is fine as it is" in second_strategist
+    assert "rejected by the reviewer: the block size is fine as it is" in second_strategist  # the history
+    assert "the reviewer rejected BLOCK=512 on this lineage: the block size is fine as it is" in second_strategist
     assert "reviewer" not in m.seen[1][0].content, "steering given after the first proposal leaked into it"
     s1, s2 = api.open_run(h.id, runs).steps()
     assert s1.review and s1.review.decision == "reject" and s1.child is None and s1.steering is None
     assert s2.steering and s2.steering.notes == ["leave the block size alone"] and s2.steering.banned == ["pipelining"]
-    assert s2.verdict == "pass"
+    assert s2.verdict == "pass" and s1.decision.predicted_speedup is None
+    assert api.open_run(h.id, runs).info().status == "finished"
 
 
 def test_an_unattended_run_never_pauses(tmp_path: Path) -> None:
@@ -108,3 +111,20 @@ def test_an_unattended_run_never_pauses(tmp_path: Path) -> None:
     steps = api.open_run(h.id, runs).steps()
     assert len(steps) == 2 and all(s.review is None and s.steering is None for s in steps)
     assert not (h.path / "review" / "pending.json").exists() or api.pending_reviews(h.id, runs_dir=runs) == []
+
+
+def test_a_persons_knob_proposal_reaches_the_builtin_coder_with_any_value(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    cfg = api.RunConfig(device="cpu", trials=1, branches=1, iterations=1, review="proposals")
+    with api.start_run(PROBLEM, seed_kernel=SEED, config=cfg, runs_dir=runs) as h:
+        t = threading.Thread(target=h.run_to_end, daemon=True)
+        t.start()
+        _wait_pending(h.id, runs, "g1b0")
+        with pytest.raises(api.UsageError, match="builtin coder applies knob changes only"):
+            api.review(h.id, "respond", proposal="fuse the two loads", runs_dir=runs)
+        # 64 is not a neighbour the catalog would offer from 256: a person may still ask for it
+        api.review(h.id, "respond", proposal="BLOCK 256 -> 64", runs_dir=runs)
+        t.join(120)
+    (step,) = api.open_run(h.id, runs).steps()
+    assert step.proposal and step.proposal.key == "BLOCK=64" and step.verdict == "pass"
+    assert "BLOCK = 64" in h.run.kernel(step.child or "")

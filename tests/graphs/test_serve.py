@@ -33,7 +33,7 @@ async def _graph(db: Path):  # type: ignore[no-untyped-def]
 async def _session(tmp_path: Path) -> None:
     db, runs, thread = tmp_path / "lg.sqlite", tmp_path / "runs", {"configurable": {"thread_id": "t"}}
     async with _graph(db) as g:
-        out = await g.ainvoke({"problem": str(PROBLEM), "seed_kernel": str(SEED), "iterations": 2, "device": "cpu",
+        out = await g.ainvoke({"problem": str(PROBLEM), "seed_kernel": str(SEED), "iterations": 1, "device": "cpu",
                                "runs_dir": str(runs)}, thread)
     (first,) = out["__interrupt__"]
     req = first.value
@@ -41,17 +41,17 @@ async def _session(tmp_path: Path) -> None:
     assert req["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject", "respond"]
     # the server restarts while the review waits: a new connection to the same database
     async with _graph(db) as g:
-        out = await g.ainvoke(Command(resume={first.id: {"decisions": [{"type": "approve"}]}}), thread)
-        (second,) = out["__interrupt__"]
-        assert second.value["step_id"] == "g2b0"
-        out = await g.ainvoke(Command(resume={second.id: {"decisions": [{"type": "reject", "message": "not now"}]}}),
+        out = await g.ainvoke(Command(resume={first.id: {"decisions": [{"type": "reject", "message": "not now"}]}}),
                               thread)
+        (second,) = out["__interrupt__"]  # a rejection does not count against the one iteration
+        assert second.value["step_id"] == "g2b0"
+        out = await g.ainvoke(Command(resume={second.id: {"decisions": [{"type": "approve"}]}}), thread)
     assert "__interrupt__" not in out and out["status"] == "finished"
     run = RunStore(runs).open(out["run_id"])
     trace = run.trace()
     assert [(r["step_id"], r["review"]["decision"], r["review"]["by"]) for r in trace] == [
-        ("g1b0", "approve", "langgraph"), ("g2b0", "reject", "langgraph")]
-    assert trace[1]["decision"]["why"] == "rejected by the reviewer: not now"
+        ("g1b0", "reject", "langgraph"), ("g2b0", "approve", "langgraph")]
+    assert trace[0]["decision"]["why"] == "rejected by the reviewer: not now"
 
 
 def test_the_served_graph_pauses_for_agent_chat_ui_and_survives_a_restart(tmp_path: Path) -> None:

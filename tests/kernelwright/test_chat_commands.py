@@ -63,10 +63,12 @@ def test_edit_inline_and_without_an_editor(chat: Chat, monkeypatch: pytest.Monke
 def test_propose_and_kernel(chat: Chat, tmp_path: Path) -> None:
     chat.command("/kernel /no/such/file.py")
     assert "no file /no/such/file.py" in said(chat) and decision(chat) is None
-    chat.command("/propose split each row over two programs")
+    chat.command("/propose split each row over two programs")  # the run's coder is builtin: knobs only
+    assert "the builtin coder applies knob changes only" in said(chat) and "NUM_WARPS=4" in said(chat)
+    assert decision(chat) is None
+    chat.command("/propose NUM_WARPS 4 -> 2")
     d = decision(chat)
-    assert d.type == "respond" and d.proposal["what"] == "split each row over two programs"
-    assert d.proposal["key"].startswith("reviewer:")
+    assert d.type == "respond" and d.proposal["what"] == "NUM_WARPS 4 -> 2" and d.proposal["key"] == "NUM_WARPS=2"
 
 
 def test_steering_commands_and_reading_the_run(chat: Chat) -> None:
