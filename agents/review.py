@@ -139,7 +139,10 @@ def for_coder(proposal: dict[str, Any], parent_src: str, coder: str) -> dict[str
         move = named_move(parent_src, p)
     if move is None:
         raise ReviewError(cannot_apply(parent_src))
-    return {**proposal, "key": move.key}
+    category = proposal.get("category")
+    if category in (None, "other"):  # the kind of move, so bans and the lineage's statistics see it
+        category = getattr(move, "category", None) or move.moves[0].category  # type: ignore[union-attr]
+    return {**proposal, "key": move.key, "category": category}
 
 
 def apply(state: dict[str, Any], decision: Decision) -> dict[str, Any]:

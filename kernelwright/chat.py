@@ -279,7 +279,9 @@ class Chat:
         cfg = api.RunConfig.from_dict(info.config.context)
         waiting = api.pending_reviews(self.run_id, self.runs_dir)
         st = api.steering(self.run_id, self.runs_dir)
-        self.say(f"run {info.id}: {info.status} — {info.steps} of {cfg.iterations} steps, problem {escape(info.problem)}")
+        rejected = sum(1 for s in self.view.steps() if s.decision.reason == "reviewer_rejected")
+        self.say(f"run {info.id}: {info.status} — {info.steps} steps, {info.steps - rejected} of {cfg.iterations} in the "
+                 f"iteration budget (rejected proposals do not count), problem {escape(info.problem)}")
         self.say("best: " + (f"{info.best_kernel[:12]} at {info.best_speedup:.3f}× eager" if info.best_speedup
                              else f"{(info.best_kernel or '-')[:12]} (not timed on this device)"))
         self.say("waiting for a review: " + (", ".join(p.step_id for p in waiting) or "nothing"))
