@@ -412,8 +412,13 @@ def coder(state: State, ctx: RunContext) -> State:
     rev = state.get("review") or {}
     if rev.get("decision") in ("reject", "invalid"):
         why = rev.get("message") or "no reason given"
-        return {"child": None, "coder": {"note": f"the reviewer rejected the proposal: {why}"
-                                         if rev["decision"] == "reject" else f"the review could not be applied: {why}"}}
+        if rev["decision"] == "invalid":
+            note = f"the review could not be applied: {why}"
+        elif not state.get("proposal"):  # nothing was proposed: the reviewer skipped the step
+            note = f"{state.get('no_moves') or 'no proposal'} (the reviewer skipped the step: {why})"
+        else:
+            note = f"the reviewer rejected the proposal: {why}"
+        return {"child": None, "coder": {"note": note}}
     if state.get("given_kernel"):
         src = state["given_kernel"]
         parent_src = run.kernel(state["parent"])
