@@ -1,6 +1,7 @@
 """`kernelwright chat` in a real terminal (tmux: keys sent, the screen read back): a session through
-/approve, /reject, /steer, /why and /stop; and a chat killed (SIGKILL) while a review waits, resumed from
-a new process with nothing lost or repeated."""
+/approve, /reject, /steer, /why and /stop; a chat killed (SIGKILL) while a review waits, resumed from a
+new process with nothing lost or repeated; and `chat --attach` reviewing, from a second terminal, a run that
+`optimize --review proposals` drives in the first."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelwright.tools.review import ReviewDesk
 from kernelwright.tools.runstore import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,3 +177,26 @@ def test_a_killed_chat_resumes_from_a_new_process_with_nothing_lost_or_repeated(
     assert [r["review"]["decision"] for r in trace] == ["approve", "approve", "reject", "approve"]
     assert trace[1]["proposal"]["what"] == proposal
     assert RunStore(runs).open(info.id).info().status == "finished"
+
+
+def test_chat_attach_reviews_a_run_that_optimize_drives(term: Terminal, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    w1 = term.start("optimize", PROBLEM, "--seed-kernel", SEED, "--device", "cpu", "--trials", "1", "--iterations", "4",
+                    "--branches", "1", "--review", "proposals", "--run-dir", runs)
+    s = term.wait_for(w1, r"chat --attach\s+\d{8}-\d{6}-\w+")
+    run_id = re.search(r"chat --attach\s+(\d{8}-\d{6}-\w+)", s).group(1)  # type: ignore[union-attr]
+    w2 = term.start("chat", "--attach", run_id, "--run-dir", runs)
+    term.wait_for(w2, r"driven by another process: reviewing it from here")
+    term.wait_for(w2, r"── review g1b0")
+    term.send(w2, "/approve")
+    term.wait_for(w2, r"── step g1b0 .*\[approve by chat:")
+    term.wait_for(w2, r"── review g2b0")
+    term.send(w2, "/status")
+    term.wait_for(w2, r"driven by another process")
+    term.send(w2, "/stop")  # the driver, in the other terminal, stops: the review stays pending
+    s2 = term.wait_for(w2, r"EXITED rc=0", timeout=120)
+    s1 = term.wait_for(w1, r"EXITED rc=\d+", timeout=120)
+    assert "awaiting review" in s1 and "Traceback" not in s1 + s2
+    info, run = _run(runs)
+    assert [r["step_id"] for r in run.trace()] == ["g1b0"] and info.status == "awaiting review"
+    assert not ReviewDesk(run).driven_elsewhere()
