@@ -248,6 +248,7 @@ def structured(model: BaseChatModel, schema: type[BaseModel], prompt: str, usage
     `rounds` times. A JSON object in the text is accepted too (servers without tool calling)."""
     bound = model.bind_tools([schema], tool_choice=schema.__name__)
     messages: list[BaseMessage] = [HumanMessage(prompt)]
+    _log(transcript, messages[0], PROMPT_CHARS)
     error = ""
     for _ in range(rounds):
         ai = _turn(bound, messages, usage, transcript)
@@ -312,10 +313,14 @@ def _json_object(text: str) -> dict[str, Any] | None:
     return v if isinstance(v, dict) else None
 
 
-def _log(transcript: list[dict[str, Any]] | None, msg: BaseMessage) -> None:
+PROMPT_CHARS = 200_000
+"""the most of a role's prompt its transcript keeps (what the role was shown; replies keep 4000)"""
+
+
+def _log(transcript: list[dict[str, Any]] | None, msg: BaseMessage, limit: int = 4000) -> None:
     if transcript is None:
         return
-    entry: dict[str, Any] = {"role": msg.type, "content": text_of(msg)[:4000]}
+    entry: dict[str, Any] = {"role": msg.type, "content": text_of(msg)[:limit]}
     if isinstance(msg, AIMessage):
         if msg.tool_calls:
             entry["tool_calls"] = [{"name": c["name"], "args": c["args"]} for c in msg.tool_calls]
@@ -411,6 +416,7 @@ def _edit(model: BaseChatModel, start: str, prompt: str, quick_check: QuickCheck
     bound = model.bind_tools(list(tools.values()))
     messages: list[BaseMessage] = [HumanMessage(prompt)]
     transcript: list[dict[str, Any]] = []
+    _log(transcript, messages[0], PROMPT_CHARS)
     for _ in range(rounds):
         ai = _turn(bound, messages, usage, transcript)
         replies: list[BaseMessage] = []

@@ -350,9 +350,12 @@ def trace_cmd(
     step: Annotated[Optional[int], typer.Option(help="only this step")] = None,
     schema: Annotated[bool, typer.Option("--schema", help="print the step record's JSON schema (docs/trace.md)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line, one line per step")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing steps as they land, until the run ends")] = False,
     run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
 ) -> None:
     """Print a run's step records: diagnosis, proposal, diff, verdict, archive decision."""
+    import time
+
     from kernelwright import api
 
     if schema:
@@ -361,34 +364,92 @@ def trace_cmd(
     if run_id is None:
         raise _fail("give a run id (see kernelwright runs), or --schema", as_json)
     try:
-        records = api.open_run(run_id, run_dir).steps()
+        view = api.open_run(run_id, run_dir)
     except api.UsageError as e:
         raise _fail(str(e), as_json) from None
-    except ValueError as e:  # pydantic: a record this version cannot read
-        raise _fail(f"run {run_id}: its trace does not match the step-record schema ({str(e).splitlines()[0]})",
-                    as_json) from None
-    for r in (r for r in records if step is None or r.step == step):
-        if as_json:
-            sys.stdout.write(r.model_dump_json() + "\n")
-            continue
-        out.print(f"[bold]step {r.step}[/] ({r.step_id}) parent {r.parent} -> child {r.child}")
-        if r.diagnosis:
-            out.print(f"  diagnosis: {r.diagnosis.bottleneck}: {r.diagnosis.summary}", markup=False)
-            if r.diagnosis.evidence:
-                out.print(f"  evidence: {'; '.join(r.diagnosis.evidence)}", markup=False)
-        p = r.proposal
-        out.print(f"  proposal: {p.what} (predicted {p.predicted_speedup}x): {p.why}" if p else "  proposal: -",
-                  markup=False)
-        if r.review:
-            why = f": {r.review.message}" if r.review.message else ""
-            out.print(f"  review: {r.review.decision} by {r.review.by} at {r.review.at}{why}", markup=False)
-        out.print(f"  verifier: {r.verdict} {r.result.reason if r.result else ''}", markup=False)
-        d = r.decision
-        measured = f"measured {d.measured_speedup:.3f}x" if d.measured_speedup is not None else "not timed"
-        predicted = f", predicted {d.predicted_speedup}x" if d.predicted_speedup is not None else ""
-        out.print(f"  archive: {d.decision} ({measured}{predicted}): {d.why}", markup=False)
-        if r.coder.diff:
-            out.print(r.coder.diff.rstrip(), markup=False, highlight=False)
+    shown = 0
+    idle_since: float | None = None
+    try:
+        while True:
+            try:
+                records = view.steps()
+            except ValueError as e:  # pydantic: a record this version cannot read
+                raise _fail(f"run {run_id}: its trace does not match the step-record schema "
+                            f"({str(e).splitlines()[0]})", as_json) from None
+            for r in records[shown:]:
+                if step is None or r.step == step:
+                    _print_step(r, as_json)
+            shown = len(records)
+            if not follow:
+                return
+            info = view.info()
+            if info.status in ("finished", "failed", "interrupted"):
+                if not as_json:
+                    err.print(f"run {run_id}: {info.status}" + (f" ({info.stop_reason})" if info.stop_reason else ""),
+                              markup=False, highlight=False)
+                return
+            # a run marked running that no live process drives (killed): say so once it has been quiet a while
+            if api.driven_elsewhere(run_id, run_dir):
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > 10:
+                if not as_json:
+                    err.print(f"run {run_id}: no process is driving it now (resume it: kernelwright optimize "
+                              f"--resume {run_id})", markup=False, highlight=False)
+                return
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        return
+
+
+def _print_step(r, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    if as_json:
+        sys.stdout.write(r.model_dump_json() + "\n")
+        sys.stdout.flush()
+        return
+    out.print(f"[bold]step {r.step}[/] ({r.step_id}) parent {r.parent} -> child {r.child}")
+    if r.diagnosis:
+        out.print(f"  diagnosis: {r.diagnosis.bottleneck}: {r.diagnosis.summary}", markup=False)
+        if r.diagnosis.evidence:
+            out.print(f"  evidence: {'; '.join(r.diagnosis.evidence)}", markup=False)
+    p = r.proposal
+    out.print(f"  proposal: {p.what} (predicted {p.predicted_speedup}x): {p.why}" if p else "  proposal: -",
+              markup=False)
+    if r.review:
+        why = f": {r.review.message}" if r.review.message else ""
+        out.print(f"  review: {r.review.decision} by {r.review.by} at {r.review.at}{why}", markup=False)
+    out.print(f"  verifier: {r.verdict} {r.result.reason if r.result else ''}", markup=False)
+    d = r.decision
+    measured = f"measured {d.measured_speedup:.3f}x" if d.measured_speedup is not None else "not timed"
+    predicted = f", predicted {d.predicted_speedup}x" if d.predicted_speedup is not None else ""
+    out.print(f"  archive: {d.decision} ({measured}{predicted}): {d.why}", markup=False)
+    if r.coder.diff:
+        out.print(r.coder.diff.rstrip(), markup=False, highlight=False)
+
+
+@app.command("report")
+def report_cmd(
+    run_id: Annotated[str, typer.Argument(help="the run's id (see kernelwright runs)")],
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="the HTML file (default: runs/<id>/report.html)")] = None,
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
+) -> None:
+    """Write a run as one self-contained HTML page (no network): header, speedup over steps, lineage, step cards."""
+    from kernelwright import api
+    from kernelwright.report import write_report
+
+    try:
+        view = api.open_run(run_id, run_dir)
+    except api.UsageError as e:
+        raise _usage_error(str(e)) from None
+    try:
+        path = write_report(view.run, out_file)
+    except ValueError as e:
+        raise _usage_error(f"run {run_id}: its trace does not match the step-record schema "
+                           f"({str(e).splitlines()[0]})") from None
+    except OSError as e:
+        raise _usage_error(f"cannot write the report to {out_file}: {e.strerror or e}") from None
+    out.print(f"report: {path}", markup=False, highlight=False)
 
 
 def _fail(message: str, as_json: bool, reason: str = "usage_error") -> typer.Exit:

@@ -69,6 +69,8 @@ class Evaluations:
             return cpu_facts()
         if device not in self._facts:
             self._facts[device] = self.evaluator(device).device_facts()
+            # kept with the run, so what it was judged on can be read after the machine is gone (report)
+            self.run.put_blob("devices", f"{device.replace(':', '_')}.json", self._facts[device].model_dump_json(indent=1))
         return self._facts[device]
 
     def profile(self, h: str, device: str, ncu: bool = False) -> Profile:
