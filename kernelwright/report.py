@@ -31,6 +31,9 @@ from kernelwright.tools.runstore import Run, RunInfo
 ROLES = ("analyst", "strategist", "reviewer", "coder", "verifier", "archive")
 PROMPT_CHARS = 20_000
 """the most of a role's prompt shown inline (the transcript link has all of it)"""
+PAGE_PROMPT_CHARS = 8_000_000
+"""the most prompt text one page carries inline, all steps together; past it, steps link their transcripts only
+(a long model-driven run would otherwise make a page of hundreds of MB)"""
 
 
 def esc(text: Any) -> str:
@@ -64,6 +67,8 @@ class RunData:
     evals: dict[str, EvalResult]
     devices: list[dict[str, Any]]
     waiting: list[Any]
+    prompt_chars: int = 0
+    """prompt text put inline so far (see PAGE_PROMPT_CHARS)"""
 
     @property
     def config(self) -> dict[str, Any]:
@@ -293,7 +298,8 @@ def lineage(d: RunData) -> dict[str, Node]:
     nodes: dict[str, Node] = {}
     if d.seed:
         st = d.timing(d.seed)
-        nodes[d.seed] = Node(d.seed, 0, None, None, d.seed[:6], st.speedup_vs_eager if st else None, title="seed")
+        nodes[d.seed] = Node(d.seed, 0, None, None, f"seed {d.seed[:6]}", st.speedup_vs_eager if st else None,
+                             title="the seed")
     for s in d.steps:
         if s.parent not in nodes:  # a parent the trace never showed being made (e.g. a pinned kernel)
             nodes[s.parent] = Node(s.parent, max(s.generation - 1, 0), None, None, s.parent[:6])
@@ -326,7 +332,7 @@ def lineage_svg(d: RunData) -> str:
             return
         seen.add(k)
         order.append(k)
-        for c in nodes[k].children:
+        for c in sorted(nodes[k].children, key=lambda c: c not in best):  # the best path runs along the top
             walk(c)
 
     for k, n in nodes.items():
@@ -438,6 +444,9 @@ def _transcript(d: RunData, rel: str, out_dir: Path) -> tuple[str, str]:
         pass
     if len(prompt) > PROMPT_CHARS:
         prompt = prompt[:PROMPT_CHARS] + f"\n… ({len(prompt) - PROMPT_CHARS} more characters in the transcript)"
+    if d.prompt_chars + len(prompt) > PAGE_PROMPT_CHARS:
+        prompt = "" if not prompt else "(not inline: this page already carries its share of prompts; see the transcript)"
+    d.prompt_chars += len(prompt)
     return f'<a href="{esc(href)}">{esc(rel)}</a>', prompt
 
 
@@ -493,6 +502,8 @@ def card(d: RunData, i: int, s: StepRecord, best: set[str], out_dir: Path) -> st
                 + (f": {esc(rv.message)}" if rv.message else "") + "</p>")
         if rv.original_proposal:
             body += f"<p class='muted'>the strategist had proposed: {esc(rv.original_proposal.get('what'))}</p>"
+        if rv.kernel_given:
+            body += "<p class='muted'>the reviewer gave the child kernel itself: no coder ran</p>"
         section("reviewer", "review (a person)", body)
 
     # the change (coder)
@@ -573,6 +584,7 @@ table.kv td{padding:2px 0}
 .muted{color:#57606a}.why{color:#cf222e}.waiting{background:#fff8c5;padding:6px 10px;border-radius:6px}
 svg text{font-size:11px;fill:#1f2328}svg .grid{stroke:#eaeef2}svg .best{stroke:#1a7f37;stroke-width:2}
 svg .bestlabel,.bestlabel{fill:#1a7f37;color:#1a7f37;font-weight:600}
+svg.tree text{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
 .treebox{overflow:auto;max-height:640px;border:1px solid #d0d7de;border-radius:6px}
 .edge{fill:none;stroke:#8c959f;stroke-width:1.2}.edge.best{stroke:#1a7f37;stroke-width:3}.edge.failed{stroke:#ff8182;stroke-dasharray:3 3}
 .node{fill:#fff;stroke:#57606a;stroke-width:1.5}.node.best{fill:#1a7f37;stroke:#1a7f37}.node.failed{fill:#ffebe9;stroke:#cf222e}

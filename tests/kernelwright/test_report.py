@@ -162,6 +162,8 @@ def test_a_run_in_progress_and_hostile_text(made: tuple[Path, str], tmp_path: Pa
     lines = (copy / "trace.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     first["proposal"]["what"] = "</code><script>alert('x')</script><img src=http://evil.example/x>"
+    first["review"] = {"decision": "edit", "by": "chat:alice@host", "at": "2026-11-25T08:00:00",
+                       "message": "<b>smaller</b> steps", "original_proposal": {"what": "BLOCK 256 -> 1024"}}
     (copy / "trace.jsonl").write_text(json.dumps(first) + "\n" + lines[1][: len(lines[1]) // 2])  # a line cut short
     info = json.loads((copy / "run.json").read_text())
     (copy / "run.json").write_text(json.dumps({**info, "status": "running", "stop_reason": None}))
@@ -170,6 +172,8 @@ def test_a_run_in_progress_and_hostile_text(made: tuple[Path, str], tmp_path: Pa
     assert "<script>alert" not in page and "<img src=http" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert len(re.findall(r"<script>", page)) == 1  # the page's own
+    assert "review (a person)" in page and "chat:alice@host" in page and "&lt;b&gt;smaller&lt;/b&gt;" in page
+    assert "the strategist had proposed: BLOCK 256 -&gt; 1024" in page
 
 
 def test_the_diff_is_side_by_side() -> None:
