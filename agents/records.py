@@ -156,14 +156,18 @@ class StepRecord(BaseModel):
 
 def schema_markdown() -> str:
     """docs/trace.md: the step record, field by field (from the models' own field docs)."""
-    from pydantic import BaseModel as _Base
-
     out = ["# The step record (`trace.jsonl`)", "",
            "One JSON object per line of `runs/<id>/trace.jsonl`, one per step, as `kernelwright trace --json` prints",
            f"them. Schema version {SCHEMA_VERSION}; the JSON schema is `kernelwright trace --schema`. This file is",
            "generated from `kernelwright.agents.records` (a test keeps it in step).", ""]
-    seen: list[type[_Base]] = []
-    todo: list[type[_Base]] = [StepRecord]
+    return "\n".join(out + fields_markdown([StepRecord]))
+
+
+def fields_markdown(roots: list[type[BaseModel]]) -> list[str]:
+    """One table per model reachable from `roots` (their fields' types, recursively): field, type, meaning."""
+    out: list[str] = []
+    seen: list[type[BaseModel]] = []
+    todo: list[type[BaseModel]] = list(roots)
     while todo:
         model = todo.pop(0)
         if model in seen:
@@ -172,15 +176,11 @@ def schema_markdown() -> str:
         out += [f"## {model.__name__}", "", (model.__doc__ or "").strip().splitlines()[0], "",
                 "| field | type | meaning |", "| --- | --- | --- |"]
         for name, f in model.model_fields.items():
-            ann = f.annotation
-            shown = _type_name(ann)
-            for sub in _models_in(ann):
-                if sub not in seen and sub not in todo:
-                    todo.append(sub)
+            todo += [m for m in _models_in(f.annotation) if m not in seen and m not in todo]
             desc = (f.description or "").replace("\n", " ").replace("|", "\\|")
-            out.append(f"| `{name}` | `{shown}` | {desc} |")
+            out.append(f"| `{name}` | `{_type_name(f.annotation)}` | {desc} |")
         out.append("")
-    return "\n".join(out)
+    return out
 
 
 def _type_name(ann: Any) -> str:

@@ -353,6 +353,8 @@ class Evaluator:
                 if stage != "spawned":
                     phases[f"worker_{stage}_s"] = float(at)
             result.versions = {k: str(v) for k, v in info.get("versions", {}).items()}
+            if self.device.type == "cuda":  # read here, in the trusted process, not from the worker's word
+                result.versions["gpu"] = torch.cuda.get_device_name(self.device)
             sandbox = str(info.get("sandbox") or "unknown: the worker did not say")
             checks.append(Check(name="sandbox", outcome="info", detail=sandbox))
             if self.device.type == "cuda" and self.policy.shared_buffers and info.get("ipc"):

@@ -314,6 +314,32 @@ def chat_cmd(
     raise typer.Exit(code)
 
 
+@app.command("handoff")
+def handoff_cmd(
+    run_id: Annotated[str, typer.Argument(help="the run's id (see kernelwright runs)")],
+    out_dir: Annotated[Path, typer.Option("--out", help="the folder to write (new, or empty)")],
+    kernel: Annotated[Optional[str], typer.Option("--kernel", help="a kernel's hash, or a unique prefix of it "
+                                                                   "(default: the run's best kernel)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="write a kernel that failed verification or was never "
+                                                        "verified (the README says so)")] = False,
+    run_dir: RunDirOpt = Path("runs"),
+) -> None:
+    """Write a kernel of a run for review: a standalone module, its pytest against the problem's reference on
+    several input families and shapes, a benchmark script and a README with the measured numbers."""
+    from kernelwright import api
+    from kernelwright.handoff import write_handoff
+
+    try:
+        made = write_handoff(run_id, out_dir, kernel=kernel, force=force, runs_dir=run_dir)
+    except api.UsageError as e:
+        raise _usage_error(str(e)) from None
+    shapes = ", ".join(s.name for s in made.shapes)
+    out.print(f"hand-off of kernel {made.kernel} ({made.verdict}) in {made.path}: {made.name}.py, "
+              f"test_{made.name}.py (shapes: {shapes}), bench_{made.name}.py, README.md", markup=False,
+              highlight=False, soft_wrap=True)
+    out.print(f"check it: cd {made.path} && python -m pytest -q", markup=False, highlight=False, soft_wrap=True)
+
+
 @app.command("mcp")
 def mcp_cmd(
     transport: Annotated[TransportOpt, typer.Option(help="stdio (a chat client starts the server) or http "
@@ -426,6 +452,47 @@ def _print_step(r, as_json: bool) -> None:  # type: ignore[no-untyped-def]
     out.print(f"  archive: {d.decision} ({measured}{predicted}): {d.why}", markup=False)
     if r.coder.diff:
         out.print(r.coder.diff.rstrip(), markup=False, highlight=False)
+
+
+@app.command("export")
+def export_cmd(
+    run_ids: Annotated[Optional[list[str]], typer.Argument(help="the runs' ids (see kernelwright runs)", show_default=False)] = None,
+    fmt: Annotated[str, typer.Option("--format", help="steps (whole step tuples), sft (chat examples) or rl (prompt and reward)")] = "steps",
+    min_gain: Annotated[Optional[str], typer.Option("--min-gain", help="keep only verified steps, not suspect, faster beyond the noise band and by at least this fraction (0.05 = 5 %)")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="write the JSON lines to this file, atomically (default: stdout)")] = None,
+    schema: Annotated[bool, typer.Option("--schema", help="print the JSON schema of --format's records (docs/export.md)")] = False,
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
+) -> None:
+    """Write runs' steps as JSON lines, for training data: step tuples, SFT chat examples or RL tasks (docs/export.md)."""
+    from kernelwright import export
+    from kernelwright.api import UsageError
+
+    try:
+        form = export.parse_format(fmt)
+        if schema:
+            sys.stdout.write(json.dumps(export.json_schema(form), indent=1) + "\n")
+            return
+        if not run_ids:
+            raise UsageError("give one or more run ids (see kernelwright runs), or --schema")
+        gain = export.parse_min_gain(min_gain) if min_gain is not None else None
+        if out_file is not None and out_file.is_dir():
+            raise UsageError(f"--out {out_file} is a folder: give a file name")
+        runs = export.open_runs(run_ids, run_dir)
+        records = export.export_records(runs, form, gain)
+        if out_file is None:
+            n = 0
+            for rec in records:
+                sys.stdout.write(rec.model_dump_json() + "\n")
+                n += 1
+        else:
+            n = export.write_jsonl(records, out_file)
+    except UsageError as e:
+        raise _usage_error(str(e)) from None
+    except OSError as e:
+        raise _usage_error(f"cannot write to {out_file or 'stdout'}: {e.strerror or e}") from None
+    total = sum(len(steps) for _, steps in runs)
+    err.print(f"export: {n} of {total} steps as {form}" + (f" to {out_file}" if out_file else ""),
+              markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("report")

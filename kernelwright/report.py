@@ -19,12 +19,15 @@ import json
 import os
 import re
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernelwright.agents.records import StepRecord
 from kernelwright.evaluators import EvalResult
+from kernelwright.evaluators.result import secret_values
+from kernelwright.export import config_secrets, scrub
 from kernelwright.tools.review import ReviewDesk
 from kernelwright.tools.runstore import Run, RunInfo
 
@@ -36,8 +39,10 @@ PAGE_PROMPT_CHARS = 8_000_000
 (a long model-driven run would otherwise make a page of hundreds of MB)"""
 
 
-def esc(text: Any) -> str:
-    return html.escape("" if text is None else str(text), quote=True)
+def esc(text: Any, secrets: list[str] | None = None) -> str:
+    """Escaped for HTML, with the environment's secret values and strings shaped like an API key redacted
+    (a model may have echoed a key into a transcript, a kernel or its reasoning)."""
+    return html.escape(scrub("" if text is None else str(text), _SECRETS.get() if secrets is None else secrets), quote=True)
 
 
 # -- what the report is made of --------------------------------------------------------------------------
@@ -674,11 +679,20 @@ def render(d: RunData, out_dir: Path) -> str:
 """
 
 
+_SECRETS: ContextVar[list[str]] = ContextVar("report_secrets", default=[])
+"""what `esc` redacts while `write_report` renders a page (context-local: two renders never share it)"""
+
+
 def write_report(run: Run, out: Path | None = None) -> Path:
     """Write the report (default: the run directory's report.html); returns its path. ValueError: a trace
     this version cannot read; OSError: the file could not be written."""
     out = out or run.path / "report.html"
-    page = render(load(run), out.resolve().parent)
+    data = load(run)
+    token = _SECRETS.set(sorted({*secret_values(), *config_secrets(data.info.config.context)}, key=len, reverse=True))
+    try:
+        page = render(data, out.resolve().parent)
+    finally:
+        _SECRETS.reset(token)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tmp.write_text(page, encoding="utf-8")

@@ -155,23 +155,27 @@ def _png_pixels(data: bytes) -> set[tuple[int, int, int]]:
     return out
 
 
-def test_a_run_in_progress_and_hostile_text(made: tuple[Path, str], tmp_path: Path) -> None:
+def test_a_run_in_progress_and_hostile_text(made: tuple[Path, str], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     runs, run_id = made
     copy = tmp_path / "runs" / run_id
     shutil.copytree(runs / run_id, copy)
     lines = (copy / "trace.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     first["proposal"]["what"] = "</code><script>alert('x')</script><img src=http://evil.example/x>"
+    first["proposal"]["why"] = f"the key is {SECRET} and another sk-proj-9f8e7d6c5b4a39281706abcd"  # echoed by a model
     first["review"] = {"decision": "edit", "by": "chat:alice@host", "at": "2026-11-25T08:00:00",
                        "message": "<b>smaller</b> steps", "original_proposal": {"what": "BLOCK 256 -> 1024"}}
     (copy / "trace.jsonl").write_text(json.dumps(first) + "\n" + lines[1][: len(lines[1]) // 2])  # a line cut short
     info = json.loads((copy / "run.json").read_text())
     (copy / "run.json").write_text(json.dumps({**info, "status": "running", "stop_reason": None}))
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     page = write_report(RunStore(tmp_path / "runs").open(run_id)).read_text()
     assert "in progress" in page and 'id="g1b0"' in page and 'id="g2b0"' not in page
     assert "<script>alert" not in page and "<img src=http" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert len(re.findall(r"<script>", page)) == 1  # the page's own
+    assert SECRET not in page and "sk-proj-9f8e7d6c5b4a" not in page and "the key is [redacted]" in page
     assert "review (a person)" in page and "chat:alice@host" in page and "&lt;b&gt;smaller&lt;/b&gt;" in page
     assert "the strategist had proposed: BLOCK 256 -&gt; 1024" in page
 
