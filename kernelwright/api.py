@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 
@@ -35,6 +35,9 @@ from kernelwright.evaluators import (DeviceError, EvalPolicy, EvalResult, Evalua
                                      resolve_device)
 from kernelwright.tools.review import Decision, PendingReview, ReviewDesk, ReviewError, Steering, SteerEntry, who
 from kernelwright.tools.runstore import Run, RunError, RunInfo, RunStore
+
+if TYPE_CHECKING:
+    from kernelwright.graphs.tracing import RunTracing
 
 POLL_S = 0.2
 """how often a run waiting for a review looks for decisions"""
@@ -141,6 +144,8 @@ class RunHandle:
         self._fresh = fresh
         self._closed = False
         self._resumed: set[str] = set()
+        self._tracing: RunTracing | None = None
+        """the run's LangSmith tracing, once `steps()` finds it on (None: off)"""
 
     @property
     def id(self) -> str:
@@ -164,13 +169,19 @@ class RunHandle:
         process or any other) and goes on with each as it comes. A stop requested while it waits leaves the
         reviews pending, checkpointed, for whoever resumes the run. `driver` names who drives (optimize,
         chat, mcp) for the desk."""
+        from kernelwright.graphs import tracing
+
         desk = ReviewDesk(self.run)
         desk.claim(driver)
         desk.clear_stop()
+        if self._tracing is None and tracing.enabled():
+            self._tracing = tracing.RunTracing(self.run.id, self.run.info().problem, self.config)
         try:
             yield from self._drive(desk)
         finally:
             desk.release()
+            if self._tracing is not None:  # a short run must not end before LangSmith has its traces
+                self._tracing.flush()
 
     def _drive(self, desk: ReviewDesk) -> Iterator[StepRecord]:
         from langgraph.types import Command
@@ -192,20 +203,58 @@ class RunHandle:
         self._fresh = False
         seen = len(self.run.trace())
         while True:
-            for _update in self._graph.stream(state, self._thread, context=self.context, stream_mode="updates"):
+            moved = False
+            for _update in self._stream(state):
+                moved = True
                 records = self.run.trace()
                 for r in records[seen:]:
                     yield StepRecord.model_validate(r)
                 seen = len(records)
             if isinstance(state, Command):  # the decisions it carried are consumed
                 desk.clear(sorted(self._resumed))
-            interrupts = self._graph.get_state(self._thread).interrupts
-            if not interrupts:
+            snapshot = self._graph.get_state(self._thread)
+            if not snapshot.interrupts:
+                if self._tracing is not None and snapshot.next and moved:
+                    state = None  # a traced run stops after each generation (its own trace): go on with the next
+                    continue
                 desk.post([])
                 return
-            state = self._wait_for_reviews(desk, interrupts)
+            state = self._wait_for_reviews(desk, snapshot.interrupts)
             if state is None:
                 return
+
+    def _stream(self, state: Any) -> Iterator[Any]:
+        """The graph's updates from `state` on, to the end of the run or a pause for review. With LangSmith
+        tracing on, to the end of the generation at most, under a root run of its own (`graphs.tracing`)."""
+        if self._tracing is None:
+            yield from self._graph.stream(state, self._thread, context=self.context, stream_mode="updates")
+            return
+        from kernelwright.graphs.tracing import GENERATION_END, generation_ahead
+
+        generation, resumed, archive = generation_ahead(state, self._graph.get_state(self._thread))
+        trace = self._tracing.generation(generation, archive, resumed=resumed)
+        stream = self._graph.stream(state, {**self._thread, "run_name": "optimize"}, context=self.context,
+                                    stream_mode="updates", interrupt_after=GENERATION_END)
+        error: str | None = "stopped before the generation ended"  # the caller let go of the steps
+        try:
+            while True:
+                with trace.active():
+                    update = next(stream, _END)
+                if update is _END:
+                    break
+                yield update
+            error = None
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            with trace.active():
+                stream.close()
+            try:
+                after = dict(self._graph.get_state(self._thread).values or {})
+            except Exception:  # noqa: BLE001 - the handle was closed under it: end the trace with less
+                after = {}
+            trace.end([r for r in self.run.trace() if r.get("generation") == generation], after, error)
 
     def _wait_for_reviews(self, desk: ReviewDesk, interrupts: Any) -> Any:
         """Post the paused steps, wait for at least one decision, and return the Command that resumes them
@@ -247,12 +296,18 @@ class RunHandle:
             self.context.close()
         finally:
             self._conn.close()
+            if self._tracing is not None:
+                self._tracing.close()
 
     def __enter__(self) -> RunHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_END = object()
+"""the end of a graph stream"""
 
 
 def start_run(problem: str | Path, *, seed_kernel: str | Path | None = None, config: RunConfig | None = None,
