@@ -495,6 +495,68 @@ def export_cmd(
               markup=False, highlight=False, soft_wrap=True)
 
 
+@app.command("bench")
+def bench_cmd(
+    suite: Annotated[Path, typer.Argument(help="a suite in KernelBench's layout (level1/23_Softmax.py, ...)")],
+    kernels: Annotated[Optional[Path], typer.Option("--kernels", help="judge these kernels, laid out like the suite")] = None,
+    optimize: Annotated[bool, typer.Option("--optimize", help="run the loop on each problem instead")] = False,
+    seed_kernels: Annotated[Optional[Path], typer.Option("--seed-kernels", help="with --optimize: seeds laid out like the suite")] = None,
+    model: ModelOpt = "builtin",
+    base_url: BaseUrlOpt = None,
+    role_model: RoleModelOpt = None,
+    iterations: Annotated[int, typer.Option(min=1, help="with --optimize: children to evaluate per problem")] = 8,
+    budget_per_problem: Annotated[Optional[str], typer.Option("--budget-per-problem", help="with --optimize: wall time per problem, e.g. 10m")] = None,
+    branches: BranchesOpt = 2,
+    profile: Annotated[ProfileOpt, typer.Option(help="with --optimize: GPU evidence for the roles")] = ProfileOpt.auto,
+    levels: Annotated[Optional[str], typer.Option("--levels", help="levels to run, e.g. 1,2")] = None,
+    problems: Annotated[Optional[str], typer.Option("--problems", help="only problems matching these globs (comma-separated)")] = None,
+    device: Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N, or cuda:0,cuda:1 (one problem per GPU at a time)")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="results folder (default: runs/bench-<time>)")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="continue the results in --out, judging only what is missing")] = False,
+    trials: TrialsOpt = 5,
+    compile_mode: Annotated[CompileMode, typer.Option(help="torch.compile mode of the compiled baseline")] = CompileMode.default,
+) -> None:
+    """A KernelBench-style benchmark: judge a folder of kernels (--kernels) or run the loop on each problem
+    (--optimize) over a suite; per-problem verdicts and times, fast_p against eager and torch.compile."""
+    import time
+
+    from kernelwright import api
+    from kernelwright.bench import markdown, read_rows, run_bench, summarize
+    from kernelwright.bench import problems as select
+    from kernelwright.optimize import build_config
+
+    try:
+        wanted = [int(x) for x in levels.split(",") if x.strip()] if levels else None
+    except ValueError:
+        raise _usage_error(f"--levels takes numbers separated by commas, e.g. 1,2, not {levels!r}") from None
+    out_dir = out_dir or Path("runs") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        config = None
+        if optimize:
+            config = build_config(model=model, base_url=base_url, role_models=role_model or [], iterations=iterations,
+                                  time_budget=budget_per_problem, branches=branches, device=None, precision=None,
+                                  trials=trials, token_budget=None, cost_budget=None, prices=None,
+                                  profile=profile.value, review="none")
+            api.check_config(config)
+        elif seed_kernels is not None:
+            raise api.UsageError("--seed-kernels goes with --optimize")
+        for row in run_bench(suite, out_dir, kernels=kernels, optimize_config=config, seed_kernels=seed_kernels,
+                             levels=wanted, pattern=problems, device=device, resume=resume, trials=trials,
+                             compile_mode=_mode(compile_mode)):
+            sp = (f"{row.speedup_vs_eager:.2f}× eager, " if row.speedup_vs_eager is not None else "") + (
+                f"{row.speedup_vs_compile:.2f}× torch.compile" if row.speedup_vs_compile is not None else "")
+            out.print(f"{row.problem}: {row.verdict} ({row.reason}){' ' + sp if sp else ''}"
+                      + (f" [run {row.run}]" if row.run else ""), markup=False, highlight=False)
+        summary = summarize(read_rows(out_dir / "results.jsonl"), len(select(suite, wanted, problems)))
+    except api.UsageError as e:
+        raise _usage_error(str(e)) from None
+    except OSError as e:
+        raise _usage_error(f"cannot write to {out_dir}: {e.strerror or e}") from None
+    out.print(markdown(summary, []).split("\n\n" + summary.definitions)[0], markup=False, highlight=False)
+    out.print(f"results: {out_dir}/results.jsonl, summary: {out_dir}/summary.md, {out_dir}/summary.html",
+              markup=False, highlight=False)
+
+
 @app.command("report")
 def report_cmd(
     run_id: Annotated[str, typer.Argument(help="the run's id (see kernelwright runs)")],
