@@ -214,8 +214,44 @@ def redact(text: str, secrets: list[str] | None = None) -> str:
     """Replace every secret value from the environment by a marker."""
     for s in secret_values() if secrets is None else secrets:
         if s in text:
-            text = text.replace(s, "[redacted]")
+            text = text.replace(s, REDACTED)
     return text
+
+
+REDACTED = "[redacted]"
+_KEY_NAME = re.compile(r"key|token|secret|passw|credential|auth|cookie|session", re.I)
+_KEY_SHAPED = re.compile(r"\b(?:sk|hf|ghp|gho|ghs|ghu|gsk|xai|glpat|pplx)[-_](?=[\w-]*\d)[\w-]{20,}"
+                         r"|\bAKIA[0-9A-Z]{16}\b|\bAIza[\w-]{35}\b")
+"""strings shaped like a provider's API key (a prefix, a separator, 20+ characters with a digit)"""
+
+
+def config_secrets(config: Any, name: str = "") -> list[str]:
+    """Values of a run's configuration that must not leave: strings held under key-like names, and the
+    password and query values of any URL in it."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    if isinstance(config, dict):
+        return [v for k, sub in config.items() for v in config_secrets(sub, str(k))]
+    if isinstance(config, list):
+        return [v for sub in config for v in config_secrets(sub, name)]
+    if not isinstance(config, str) or not config:
+        return []
+    found = [config] if _KEY_NAME.search(name) and len(config) >= 6 else []
+    if "://" in config:
+        url = urlsplit(config)
+        found += [p for p in (url.password, *(v for _, v in parse_qsl(url.query))) if p and len(p) >= 6]
+    return found
+
+
+def run_secrets(config: Any) -> list[str]:
+    """What must not leave a run's files when they are shown or exported: the environment's secret values and
+    the secrets of the run's configuration, longest first."""
+    return sorted({*secret_values(), *config_secrets(config)}, key=len, reverse=True)
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """`text` with every secret value, and every string shaped like an API key, replaced by [redacted]."""
+    return _KEY_SHAPED.sub(REDACTED, redact(text, secrets))
 
 
 def bound(text: str, limit: int = DETAIL_LIMIT) -> str:

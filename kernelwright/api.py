@@ -362,8 +362,9 @@ class RunView:
     def info(self) -> RunInfo:
         return self.run.info()
 
-    def steps(self) -> list[StepRecord]:
-        return [StepRecord.model_validate(r) for r in self.run.trace()]
+    def steps(self, start: int = 0) -> list[StepRecord]:
+        """The run's step records from position `start` on (see `read_steps`)."""
+        return read_steps(self.run, start)
 
     def archive(self) -> Archive | None:
         """The archive as it stood after the last generation recorded (None before the seed was judged)."""
@@ -378,6 +379,16 @@ class RunView:
         data = self.run.eval(h)
         return BestKernel(hash=h, path=self.run.kernel_path(h), source=self.run.kernel(h),
                           result=EvalResult.model_validate(data) if data is not None else None)
+
+
+def read_steps(run: Run, start: int = 0) -> list[StepRecord]:
+    """The run's step records from position `start` on (only those are validated: a follower of a long run
+    reads the new ones). UsageError, one sentence, for a record this version cannot read."""
+    try:
+        return [StepRecord.model_validate(r) for r in run.trace()[start:]]
+    except ValueError as e:  # pydantic
+        raise UsageError(f"run {run.id}: its trace does not match the step-record schema "
+                         f"({str(e).splitlines()[0]})") from None
 
 
 def open_run(run_id: str, runs_dir: str | Path = "runs") -> RunView:

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kernelwright.api import RunConfig, UsageError, evaluate, start_run
 from kernelwright.evaluators import DeviceError, EvalResult, resolve_device
 from kernelwright.evaluators.result import bound
+from kernelwright.tools.runstore import atomic_write
 
 P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 BASELINES = ("eager", "compile")
@@ -167,9 +168,8 @@ def read_rows(path: Path) -> list[BenchRow]:
 
 def check_devices(device: str | None) -> list[str]:
     """The devices to spread problems over (one, or a list of GPUs); UsageError for an unusable one."""
-    names = [d.strip() for d in device.split(",")] if device and "," in device else [device]
     try:
-        devices = [str(resolve_device(d or None)) for d in names]
+        devices = [str(resolve_device(d.strip() or None)) for d in (device or "").split(",")]
     except DeviceError as e:
         raise UsageError(str(e)) from None
     if len(set(devices)) != len(devices):
@@ -213,7 +213,7 @@ def optimize(level: int, problem: Path, seed: Path | None, config: RunConfig, ru
     kernel. Never raises for the problem's sake (the row says why)."""
     name = f"level{level}/{problem.name}"
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    if seed is None and config.model == "builtin" and all(m == "builtin" for m in config.role_models.values()):
+    if seed is None and config.model_for("coder") == "builtin":
         return BenchRow(problem=name, level=level, verdict="missing", reason="missing", time=stamp,
                         detail="no seed kernel for this problem, and the builtin policy cannot write one")
     t0 = time.monotonic()
@@ -333,31 +333,43 @@ def summarize(rows: Sequence[BenchRow], n_problems: int) -> Summary:
                    mean_fraction_of_floor=sum(floors) / len(floors) if floors else None)
 
 
-def markdown(s: Summary, rows: Sequence[BenchRow]) -> str:
-    def f(v: float | None, fmt: str = "{:.2f}×") -> str:
-        return "–" if v is None else fmt.format(v)
+BASELINE_NAMES = {"eager": "eager", "compile": "torch.compile"}
+ROW_COLUMNS = ("problem", "verdict", "reason", "ms", "vs eager", "vs torch.compile", "of floor", "flags")
 
+
+def _fmt(v: float | None, fmt: str = "{:.2f}×") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+def row_cells(r: BenchRow) -> list[str]:
+    """One problem's row as the summary tables show it (ROW_COLUMNS)."""
+    return [r.problem, r.verdict, r.reason, _fmt(r.median_ms, "{:.4g}"), _fmt(r.speedup_vs_eager),
+            _fmt(r.speedup_vs_compile), _fmt(r.fraction_of_floor, "{:.0%}"), "; ".join(r.suspect)]
+
+
+def figures_markdown(s: Summary) -> str:
+    """The headline, fast_p per baseline with the geometric mean, and the mean floor fraction."""
     out = [f"# kernelwright bench: {s.problems} problems, {s.correct} correct, {s.timed} timed, {s.missing} missing", "",
            "| baseline | " + " | ".join(f"fast_{p:g}" for p in P_VALUES) + " | geomean speedup |",
            "| --- | " + " | ".join("---:" for _ in P_VALUES) + " | ---: |"]
     for b in BASELINES:
-        name = "eager" if b == "eager" else "torch.compile"
-        out.append(f"| {name} | " + " | ".join(f"{s.fast_p[b][f'{p:g}']:.2f}" for p in P_VALUES)
-                   + f" | {f(s.geomean_speedup[b])} |")
-    out += ["", f"Mean fraction of the roofline floor (correct, timed): {f(s.mean_fraction_of_floor, '{:.0%}')}", "",
-            s.definitions, "",
-            "| problem | verdict | reason | ms | vs eager | vs torch.compile | of floor | flags |",
-            "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
-    for r in rows:
-        out.append(f"| {r.problem} | {r.verdict} | {r.reason} | {f(r.median_ms, '{:.4g}')} | {f(r.speedup_vs_eager)} "
-                   f"| {f(r.speedup_vs_compile)} | {f(r.fraction_of_floor, '{:.0%}')} | {'; '.join(r.suspect) or ''} |")
+        out.append(f"| {BASELINE_NAMES[b]} | " + " | ".join(f"{s.fast_p[b][f'{p:g}']:.2f}" for p in P_VALUES)
+                   + f" | {_fmt(s.geomean_speedup[b])} |")
+    out += ["", f"Mean fraction of the roofline floor (correct, timed): {_fmt(s.mean_fraction_of_floor, '{:.0%}')}"]
+    return "\n".join(out) + "\n"
+
+
+def markdown(s: Summary, rows: Sequence[BenchRow]) -> str:
+    out = [figures_markdown(s), s.definitions, "", "| " + " | ".join(ROW_COLUMNS) + " |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    out += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
     return "\n".join(out) + "\n"
 
 
 def write_summary(out: Path, s: Summary, rows: Sequence[BenchRow]) -> None:
-    (out / "summary.json").write_text(s.model_dump_json(indent=1))
-    (out / "summary.md").write_text(markdown(s, rows))
-    (out / "summary.html").write_text(html_page(s, rows), encoding="utf-8")
+    atomic_write(out / "summary.json", s.model_dump_json(indent=1))
+    atomic_write(out / "summary.md", markdown(s, rows))
+    atomic_write(out / "summary.html", html_page(s, rows))
 
 
 def html_page(s: Summary, rows: Sequence[BenchRow]) -> str:
@@ -389,11 +401,9 @@ def html_page(s: Summary, rows: Sequence[BenchRow]) -> str:
                                                    for x, y in pts)
                    + f'<text x="{w - r + 6}" y="{pts[-1][1] + 4:.1f}" fill="{colour}">{label}</text>')
     svg.append("</svg>")
-    body = markdown(s, rows)
-    table = "".join(f"<tr>{''.join(f'<td>{esc(c.strip())}</td>' for c in line.strip('|').split('|'))}</tr>"
-                    for line in body.splitlines() if line.startswith("| level"))
+    table = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row_cells(row)) + "</tr>" for row in rows)
     csp = "default-src 'none'; style-src 'unsafe-inline'"
-    fast = "".join(f"<tr><th>{'eager' if bl == 'eager' else 'torch.compile'}</th>"
+    fast = "".join(f"<tr><th>{BASELINE_NAMES[bl]}</th>"
                    + "".join(f"<td>{s.fast_p[bl][f'{p:g}']:.2f}</td>" for p in P_VALUES)
                    + f"<td>{'–' if s.geomean_speedup[bl] is None else f'{s.geomean_speedup[bl]:.2f}×'}</td></tr>"
                    for bl in BASELINES)
@@ -405,7 +415,6 @@ def html_page(s: Summary, rows: Sequence[BenchRow]) -> str:
 <p class="muted">{esc(s.definitions)}</p>
 {''.join(svg)}
 <h2>problems</h2>
-<table class="kv"><tr><th>problem</th><th>verdict</th><th>reason</th><th>ms</th><th>vs eager</th><th>vs torch.compile</th>
-<th>of floor</th><th>flags</th></tr>{table}</table>
+<table class="kv"><tr>{''.join(f'<th>{c}</th>' for c in ROW_COLUMNS)}</tr>{table}</table>
 </body></html>
 """

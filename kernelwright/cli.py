@@ -398,14 +398,13 @@ def trace_cmd(
     try:
         while True:
             try:
-                records = view.steps()
-            except ValueError as e:  # pydantic: a record this version cannot read
-                raise _fail(f"run {run_id}: its trace does not match the step-record schema "
-                            f"({str(e).splitlines()[0]})", as_json) from None
-            for r in records[shown:]:
+                new = view.steps(shown)  # only what landed since the last look is read and validated
+            except api.UsageError as e:
+                raise _fail(str(e), as_json) from None
+            for r in new:
                 if step is None or r.step == step:
                     _print_step(r, as_json)
-            shown = len(records)
+            shown += len(new)
             if not follow:
                 return
             info = view.info()
@@ -521,8 +520,7 @@ def bench_cmd(
     import time
 
     from kernelwright import api
-    from kernelwright.bench import markdown, read_rows, run_bench, summarize
-    from kernelwright.bench import problems as select
+    from kernelwright.bench import Summary, figures_markdown, run_bench
     from kernelwright.optimize import build_config
 
     try:
@@ -547,12 +545,12 @@ def bench_cmd(
                 f"{row.speedup_vs_compile:.2f}× torch.compile" if row.speedup_vs_compile is not None else "")
             out.print(f"{row.problem}: {row.verdict} ({row.reason}){' ' + sp if sp else ''}"
                       + (f" [run {row.run}]" if row.run else ""), markup=False, highlight=False)
-        summary = summarize(read_rows(out_dir / "results.jsonl"), len(select(suite, wanted, problems)))
+        summary = Summary.model_validate_json((out_dir / "summary.json").read_text())
     except api.UsageError as e:
         raise _usage_error(str(e)) from None
     except OSError as e:
         raise _usage_error(f"cannot write to {out_dir}: {e.strerror or e}") from None
-    out.print(markdown(summary, []).split("\n\n" + summary.definitions)[0], markup=False, highlight=False)
+    out.print(figures_markdown(summary), markup=False, highlight=False)
     out.print(f"results: {out_dir}/results.jsonl, summary: {out_dir}/summary.md, {out_dir}/summary.html",
               markup=False, highlight=False)
 
@@ -569,15 +567,12 @@ def report_cmd(
 
     try:
         view = api.open_run(run_id, run_dir)
+        path = write_report(view.run, out_file)
     except api.UsageError as e:
         raise _usage_error(str(e)) from None
-    try:
-        path = write_report(view.run, out_file)
-    except ValueError as e:
-        raise _usage_error(f"run {run_id}: its trace does not match the step-record schema "
-                           f"({str(e).splitlines()[0]})") from None
     except OSError as e:
-        raise _usage_error(f"cannot write the report to {out_file}: {e.strerror or e}") from None
+        where = out_file or Path(run_dir) / run_id / "report.html"
+        raise _usage_error(f"cannot write the report to {where}: {e.strerror or e}") from None
     out.print(f"report: {path}", markup=False, highlight=False)
 
 

@@ -29,17 +29,16 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union, cast, get_args
-from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelwright.agents.records import StepRecord, fields_markdown
 from kernelwright.agents.schemas import Diagnosis, Proposal
-from kernelwright.api import UsageError, open_run
+from kernelwright.api import UsageError, open_run, read_steps
 from kernelwright.evaluators import DeviceFacts, EvalResult
 from kernelwright.evaluators.facts import cpu_facts
 from kernelwright.evaluators.profiling import render
-from kernelwright.evaluators.result import bound, redact, secret_values
+from kernelwright.evaluators.result import bound, run_secrets, scrub
 from kernelwright.tools.evaluation import Evaluations
 from kernelwright.tools.runstore import Run, RunError
 
@@ -55,7 +54,6 @@ PROMPT_CHARS = 40_000
 """the most of a role's prompt a record carries (head and tail kept; `seen_chars` has the full length)"""
 REASONING_CHARS = 8_000
 """the most of one piece of a model's reasoning text a record carries"""
-REDACTED = "[redacted]"
 
 SFT_SYSTEM = (
     "You optimize Triton GPU kernels. You are given a PyTorch reference problem, a working Triton kernel that "
@@ -64,12 +62,6 @@ SFT_SYSTEM = (
     "answer with the proposal (kind, what, why, predicted speedup, risk), then the change as a unified diff of "
     "the parent.")
 """the system message of `sft` records and of `rl` prompts"""
-
-_KEY_NAME = re.compile(r"key|token|secret|passw|credential|auth|cookie|session", re.I)
-_KEY_SHAPED = re.compile(r"\b(?:sk|hf|ghp|gho|ghs|ghu|gsk|xai|glpat|pplx)[-_](?=[\w-]*\d)[\w-]{20,}"
-                         r"|\bAKIA[0-9A-Z]{16}\b|\bAIza[\w-]{35}\b")
-"""strings shaped like a provider's API key (a prefix, a separator, 20+ characters with a digit)"""
-
 
 # -- the records --------------------------------------------------------------------------------------------
 
@@ -351,12 +343,9 @@ def open_runs(run_ids: Sequence[str], runs_dir: str | Path = "runs") -> list[tup
         run = open_run(run_id, runs_dir).run
         try:
             run.info()
-            records = [StepRecord.model_validate(r) for r in run.trace()]
+            records = read_steps(run)
         except RunError as e:
             raise UsageError(str(e)) from None
-        except ValueError as e:  # pydantic: a record this version cannot read
-            raise UsageError(f"run {run_id}: its trace does not match the step-record schema "
-                             f"({str(e).splitlines()[0]})") from None
         except OSError as e:
             raise UsageError(f"run {run_id}: its trace cannot be read ({e.strerror or e})") from None
         opened.append((run, records))
@@ -398,8 +387,7 @@ class _RunReader:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.info = run.info()
-        self.secrets = sorted({*secret_values(), *config_secrets(self.info.config.model_dump(mode="json"))},
-                              key=len, reverse=True)
+        self.secrets = run_secrets(self.info.config.model_dump(mode="json"))
         self.problem_source = run.problem_source()
         self.kernels: dict[str, KernelState] = {}
         self.profiles: dict[str, str] = {}
@@ -462,28 +450,10 @@ class _RunReader:
                 parts.append(proposal_text(s.proposal))
             seen = "\n\n".join(parts)
             return RoleEvidence(role=role, policy=policy, source="record", seen=seen, seen_chars=len(seen))
-        prompt = self.first_prompt(usage.transcript)
+        prompt = self.run.transcript_prompt(usage.transcript)
         return RoleEvidence(role=role, policy=usage.model, source="transcript" if prompt is not None else "missing",
                             seen=bound(prompt or "", PROMPT_CHARS), seen_chars=len(prompt or ""),
                             reasoning=[bound(r, REASONING_CHARS) for r in usage.reasoning], error=usage.error)
-
-    def first_prompt(self, rel: str) -> str | None:
-        """The first user message of a transcript (None: missing, unreadable, or outside the run directory)."""
-        root = self.run.path.resolve()
-        path = (root / rel).resolve()
-        if not rel or not path.is_relative_to(root):
-            return None
-        try:
-            messages = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        for m in messages if isinstance(messages, list) else []:
-            if isinstance(m, dict) and m.get("role") in ("user", "human"):
-                content = m.get("content", "")
-                if isinstance(content, list):  # content parts: keep the text ones
-                    content = "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-                return str(content)
-        return None
 
 
 def outcome(s: StepRecord, parent: KernelState, child: KernelState | None) -> StepOutcome:
@@ -577,27 +547,6 @@ def to_rl(rec: StepExport) -> RlExport:
 
 
 # -- secrets --------------------------------------------------------------------------------------------------
-
-
-def config_secrets(config: Any, name: str = "") -> list[str]:
-    """Values of a run's configuration that must not leave: strings held under key-like names, and the
-    password and query values of any URL in it."""
-    if isinstance(config, dict):
-        return [v for k, sub in config.items() for v in config_secrets(sub, str(k))]
-    if isinstance(config, list):
-        return [v for sub in config for v in config_secrets(sub, name)]
-    if not isinstance(config, str) or not config:
-        return []
-    found = [config] if _KEY_NAME.search(name) and len(config) >= 6 else []
-    if "://" in config:
-        url = urlsplit(config)
-        found += [p for p in (url.password, *(v for _, v in parse_qsl(url.query))) if p and len(p) >= 6]
-    return found
-
-
-def scrub(text: str, secrets: list[str]) -> str:
-    """`text` with every secret value, and every string shaped like an API key, replaced by [redacted]."""
-    return _KEY_SHAPED.sub(REDACTED, redact(text, secrets))
 
 
 def _scrub(data: Any, secrets: list[str]) -> Any:

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.agents.records import StepRecord
+from kernelwright.api import read_steps
 from kernelwright.evaluators import EvalResult
-from kernelwright.evaluators.result import secret_values
-from kernelwright.export import config_secrets, scrub
+from kernelwright.evaluators.result import run_secrets, scrub
 from kernelwright.tools.review import ReviewDesk
-from kernelwright.tools.runstore import Run, RunInfo
+from kernelwright.tools.runstore import Run, RunInfo, atomic_write
 
 ROLES = ("analyst", "strategist", "reviewer", "coder", "verifier", "archive")
 PROMPT_CHARS = 20_000
@@ -39,10 +39,10 @@ PAGE_PROMPT_CHARS = 8_000_000
 (a long model-driven run would otherwise make a page of hundreds of MB)"""
 
 
-def esc(text: Any, secrets: list[str] | None = None) -> str:
-    """Escaped for HTML, with the environment's secret values and strings shaped like an API key redacted
-    (a model may have echoed a key into a transcript, a kernel or its reasoning)."""
-    return html.escape(scrub("" if text is None else str(text), _SECRETS.get() if secrets is None else secrets), quote=True)
+def esc(text: Any) -> str:
+    """Escaped for HTML, with the run's secrets and strings shaped like an API key redacted (a model may have
+    echoed a key into a transcript, a kernel or its reasoning)."""
+    return html.escape(scrub("" if text is None else str(text), _SECRETS.get()), quote=True)
 
 
 # -- what the report is made of --------------------------------------------------------------------------
@@ -98,9 +98,9 @@ class RunData:
 
 
 def load(run: Run) -> RunData:
-    """Everything the report reads from the run directory. ValueError: a trace this version cannot read."""
+    """Everything the report reads from the run directory. UsageError: a trace this version cannot read."""
     info = run.info()
-    steps = [StepRecord.model_validate(r) for r in run.trace()]
+    steps = read_steps(run)
     evals: dict[str, EvalResult] = {}
     for h in {info.config.seed_kernel, info.best_kernel, *(s.child for s in steps), *(s.parent for s in steps)}:
         data = run.eval(h) if h else None
@@ -201,9 +201,10 @@ def header(d: RunData) -> str:
         why = next((r.timing_unavailable for r in d.evals.values() if r.timing_unavailable), None)
         baselines = "not timed" + (f": {esc(why)}" if why else "")
 
-    def kernel_line(h: str | None, t: Any, what: str) -> str:
+    def kernel_line(h: str | None) -> str:
         if not h:
             return "–"
+        t = d.timing(h)
         link = f'<a href="#n-{esc(h)}"><code>{esc(h)}</code></a>'
         if t is None:
             r = d.evals.get(h)
@@ -219,8 +220,8 @@ def header(d: RunData) -> str:
         ("budgets", esc(", ".join(budgets))),
         ("policy", esc(models) + (f" · review: {esc(cfg.get('review'))}" if cfg.get("review") not in (None, "none") else "")),
         ("baselines", baselines),
-        ("seed", kernel_line(d.seed, seed_t, "seed")),
-        ("best", kernel_line(info.best_kernel, best_t, "best")),
+        ("seed", kernel_line(d.seed)),
+        ("best", kernel_line(info.best_kernel)),
         ("steps", f"{len(d.steps)} recorded · {info.tokens:,} tokens · ${info.cost_usd:.4f}"),
         ("times", f"started {esc(info.created)} · updated {esc(info.updated)} · report made {esc(time.strftime('%Y-%m-%dT%H:%M:%S'))}"),
     ]
@@ -323,11 +324,11 @@ def lineage(d: RunData) -> dict[str, Node]:
     return nodes
 
 
-def lineage_svg(d: RunData) -> str:
+def lineage_svg(d: RunData, best: set[str]) -> str:
+    """The lineage tree; `best`: the kernels on the path from the seed to the best."""
     nodes = lineage(d)
     if not nodes:
         return '<p class="muted">No kernel yet.</p>'
-    best = set(d.best_path())
     # rows: a depth-first walk from the roots, so a kernel's descendants sit below it
     order: list[str] = []
     seen: set[str] = set()
@@ -437,16 +438,8 @@ def side_by_side(diff: str) -> str:
 
 def _transcript(d: RunData, rel: str, out_dir: Path) -> tuple[str, str]:
     """(a link to the transcript, the role's first prompt, bounded)."""
-    path = d.run.path / rel
-    href = os.path.relpath(path, out_dir)
-    prompt = ""
-    try:
-        for m in json.loads(path.read_text()):
-            if m.get("role") in ("user", "human"):
-                prompt = str(m.get("content", ""))
-                break
-    except (OSError, ValueError, AttributeError):
-        pass
+    href = os.path.relpath(d.run.path / rel, out_dir)
+    prompt = d.run.transcript_prompt(rel) or ""
     if len(prompt) > PROMPT_CHARS:
         prompt = prompt[:PROMPT_CHARS] + f"\n… ({len(prompt) - PROMPT_CHARS} more characters in the transcript)"
     if d.prompt_chars + len(prompt) > PAGE_PROMPT_CHARS:
@@ -669,7 +662,7 @@ def render(d: RunData, out_dir: Path) -> str:
 <h2>speedup over steps</h2>
 {speedup_chart(d)}
 <h2>lineage</h2>
-{lineage_svg(d)}
+{lineage_svg(d, best)}
 <h2>steps</h2>
 {_filters(d) if d.steps else '<p class="muted">No step recorded yet.</p>'}
 {cards}
@@ -684,17 +677,15 @@ _SECRETS: ContextVar[list[str]] = ContextVar("report_secrets", default=[])
 
 
 def write_report(run: Run, out: Path | None = None) -> Path:
-    """Write the report (default: the run directory's report.html); returns its path. ValueError: a trace
+    """Write the report (default: the run directory's report.html); returns its path. UsageError: a trace
     this version cannot read; OSError: the file could not be written."""
     out = out or run.path / "report.html"
     data = load(run)
-    token = _SECRETS.set(sorted({*secret_values(), *config_secrets(data.info.config.context)}, key=len, reverse=True))
+    token = _SECRETS.set(run_secrets(data.info.config.context))
     try:
         page = render(data, out.resolve().parent)
     finally:
         _SECRETS.reset(token)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out)
+    atomic_write(out, page)
     return out

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .runstore import Run
+from .runstore import Run, atomic_write
 
 DecisionType = Literal["approve", "edit", "reject", "respond"]
 DECISIONS: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
@@ -148,9 +148,7 @@ def fold(entries: list[SteerEntry]) -> Steering:
 
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, text)
 
 
 def _alive(pid: int) -> bool:

@@ -93,10 +93,15 @@ def kernel_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` through a temporary sibling and a rename: readers see the old file or
+    the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class Run:
@@ -129,7 +134,7 @@ class Run:
         with self._lock:
             info = RunInfo.model_validate({**self.info().model_dump(), **fields,
                                            "updated": time.strftime("%Y-%m-%dT%H:%M:%S")})
-            _atomic_write(self.path / "run.json", info.model_dump_json(indent=1))
+            atomic_write(self.path / "run.json", info.model_dump_json(indent=1))
             return info
 
     def created_at(self) -> float:
@@ -144,7 +149,7 @@ class Run:
         h = kernel_hash(source)
         path = self.path / "kernels" / f"{h}.py"
         if not path.exists():
-            _atomic_write(path, source)
+            atomic_write(path, source)
         return h
 
     def kernel(self, h: str) -> str:
@@ -157,7 +162,7 @@ class Run:
         return self.path / "kernels" / f"{h}.py"
 
     def put_eval(self, h: str, result: dict[str, Any]) -> None:
-        _atomic_write(self.path / "evals" / f"{h}.json", json.dumps(result))
+        atomic_write(self.path / "evals" / f"{h}.json", json.dumps(result))
 
     def eval(self, h: str) -> dict[str, Any] | None:
         path = self.path / "evals" / f"{h}.json"
@@ -172,8 +177,27 @@ class Run:
         folder = self.path / kind
         folder.mkdir(exist_ok=True)
         path = folder / name
-        _atomic_write(path, text)
+        atomic_write(path, text)
         return path
+
+    def transcript_prompt(self, rel: str) -> str | None:
+        """The first user message of a role's transcript (`rel`: its path in the run directory, as a step record
+        names it): what the role was shown. None when missing, unreadable, or outside the run directory."""
+        root = self.path.resolve()
+        path = (root / rel).resolve()
+        if not rel or not path.is_relative_to(root):
+            return None
+        try:
+            messages = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        for m in messages if isinstance(messages, list) else []:
+            if isinstance(m, dict) and m.get("role") in ("user", "human"):
+                content = m.get("content", "")
+                if isinstance(content, list):  # content parts: keep the text ones
+                    content = "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+                return str(content)
+        return None
 
     # -- the archive ----------------------------------------------------------------------------------
 
@@ -184,7 +208,7 @@ class Run:
         (a resumed run restarts at most one generation back)."""
         folder = self.path / "archive"
         folder.mkdir(exist_ok=True)
-        _atomic_write(folder / f"{version:06d}.json", json.dumps(data))
+        atomic_write(folder / f"{version:06d}.json", json.dumps(data))
         for old in folder.glob("*.json"):
             if old.stem.isdigit() and int(old.stem) <= version - self.ARCHIVE_VERSIONS_KEPT:
                 old.unlink(missing_ok=True)
@@ -263,11 +287,11 @@ class RunStore:
         self.root.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run = Run(self.root / f"{stamp}-{secrets.token_hex(3)}")
-        _atomic_write(run.path / "problem.py", problem_source)
+        atomic_write(run.path / "problem.py", problem_source)
         now = time.strftime("%Y-%m-%dT%H:%M:%S")
         info = RunInfo.model_validate({"id": run.id, "problem": problem_path, "created": now, "updated": now,
                                        "config": config or {}})
-        _atomic_write(run.path / "run.json", info.model_dump_json(indent=1))
+        atomic_write(run.path / "run.json", info.model_dump_json(indent=1))
         return run
 
     def open(self, run_id: str) -> Run:

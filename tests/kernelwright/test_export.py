@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelwright import export
-from kernelwright.evaluators import Timing
+from kernelwright.evaluators import Timing, result
 from kernelwright.tools.runstore import Run, RunStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -285,8 +285,8 @@ def test_no_secret_leaves_in_any_format(made: tuple[Path, str], tmp_path: Path,
 
 def test_key_shaped_strings_are_scrubbed_and_code_is_not() -> None:
     text = "x = 'sk-proj-Abc123def456ghi789jkl0' ; AKIAABCDEFGHIJKLMNOP; skip_the_first_block_iteration_1234 = 1"
-    assert export.scrub(text, []) == "x = '[redacted]' ; [redacted]; skip_the_first_block_iteration_1234 = 1"
-    assert export.config_secrets({"base_url": "http://localhost:8000/v1", "model": "openai:gpt-x",
+    assert result.scrub(text, []) == "x = '[redacted]' ; [redacted]; skip_the_first_block_iteration_1234 = 1"
+    assert result.config_secrets({"base_url": "http://localhost:8000/v1", "model": "openai:gpt-x",
                                   "auth": {"token": "tok-123456"}}) == ["tok-123456"]
 
 
