@@ -56,7 +56,7 @@ class RunTools:
         """The run in a few lines: what it works on, where, who plays which role, budget, steering, reviews."""
         info, cfg = self.run.info(), self.config()
         timed = "no: the CPU runs Triton's interpreter, candidates are verified but never timed" \
-            if cfg.device == "cpu" else f"yes, on {cfg.device}"
+            if cfg.on_cpu else f"yes, on {cfg.device}" + (f" ({cfg.actors} actors of the Ray cluster {cfg.cluster})" if cfg.cluster else "")
         st = self.desk.steering()
         waiting = [p.step_id for p in self.desk.waiting()]
         return "\n".join([

@@ -27,7 +27,12 @@ class RunConfig:
     """How a run is configured (the flags of `kernelwright optimize`); saved in run.json, read on resume."""
 
     device: str = "cpu"
-    """a device, or a list of GPUs (cuda:0,cuda:1) over which the branches of a generation are spread"""
+    """a device, or a list of GPUs (cuda:0,cuda:1) over which the branches of a generation are spread; with
+    `cluster`, the kind of device the cluster's actors use (cuda or cpu)"""
+    cluster: str = ""
+    """a Ray cluster to evaluate on (`ray`, `ray://HOST:PORT`, `HOST:PORT`); empty: this machine's devices"""
+    actors: int = 0
+    """with `cluster`: how many evaluation actors (one GPU each) the branches are spread over"""
     precision: str | None = None
     branches: int = 2
     iterations: int = 8
@@ -77,8 +82,15 @@ class RunConfig:
     def device_for(self, branch: int = 0) -> str:
         """The device a branch's candidates are judged on: a list of GPUs is used round robin; the seed and
         the first branch use the first."""
+        if self.cluster:
+            return f"ray:{branch % max(self.actors, 1)}"
         devices = [d for d in self.device.split(",") if d]
         return devices[branch % len(devices)]
+
+    @property
+    def on_cpu(self) -> bool:
+        """Candidates run in Triton's interpreter (no timing, no profiles), here or on a cluster's actors."""
+        return self.device == "cpu"
 
 
 class RunContext:
@@ -96,7 +108,7 @@ class RunContext:
              spares: int = 1) -> RunContext:
         """The resources for `run` under `config`. `models` gives ready chat models by spec (tests and
         applications that build their own clients); the others are built from their specs when first used."""
-        return cls(config, run, Evaluations(run, config.precision, config.trials, spares),
+        return cls(config, run, Evaluations(run, config.precision, config.trials, spares, config.cluster, config.device),
                    Models(config.base_url, config.prices, models))
 
     def request_stop(self) -> None:
@@ -116,6 +128,19 @@ class RunSetupError(Exception):
     """A run that cannot be created (a bad problem file, an unusable device); the message is one sentence."""
 
 
+def check_cluster(config: RunConfig) -> None:
+    """Connect to the config's Ray cluster and settle the actors' kind (`device`: cuda when the cluster has
+    GPUs, unless cpu is asked for) and number (default: one per GPU); RunSetupError with one sentence when the
+    cluster cannot hold them. Written back into `config`."""
+    from kernelwright.evaluators.cluster import ClusterError, settle
+
+    try:
+        _, kind, actors = settle(config.cluster, config.device, config.actors)
+    except ClusterError as e:
+        raise RunSetupError(str(e)) from None
+    config.device, config.actors = kind, actors
+
+
 def create_run(problem: str | Path, seed_src: str | None, config: RunConfig, runs_dir: str | Path = "runs",
                seed_path: str | None = None) -> Run:
     """A new run directory for `problem` (checked by loading it) on the config's devices (resolved and
@@ -125,12 +150,15 @@ def create_run(problem: str | Path, seed_src: str | None, config: RunConfig, run
 
     try:
         prob = load_problem(Path(problem), config.precision)
-        devs = [resolve_device(d.strip()) for d in config.device.split(",")] if config.device else [resolve_device(None)]
+        if config.cluster:
+            check_cluster(config)
+        else:
+            devs = [resolve_device(d.strip()) for d in config.device.split(",")] if config.device else [resolve_device(None)]
+            if len({d.type for d in devs}) > 1:
+                raise RunSetupError(f"--device {config.device}: list GPUs only (cuda:0,cuda:1) or cpu, not a mix")
+            config.device = ",".join(dict.fromkeys(str(d) for d in devs))
     except (ProblemError, DeviceError) as e:
         raise RunSetupError(str(e)) from None
-    if len({d.type for d in devs}) > 1:
-        raise RunSetupError(f"--device {config.device}: list GPUs only (cuda:0,cuda:1) or cpu, not a mix")
-    config.device = ",".join(dict.fromkeys(str(d) for d in devs))
     run = RunStore(runs_dir).create(str(problem), prob.source, {})
     h = run.put_kernel(seed_src) if seed_src is not None else None
     run.update(config={"seed_kernel": h, "seed_path": seed_path, "context": config.as_dict()})

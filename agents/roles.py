@@ -108,7 +108,7 @@ def _collect_evidence(ctx: RunContext, h: str, device: str) -> None:
     """Profile a timed kernel for the roles (the seed, each newly admitted elite), unless the run says not to.
     Evidence is informative: a failure to collect it is logged and the run goes on."""
     mode = ctx.config.profile
-    if mode == "off" or device == "cpu":
+    if mode == "off" or ctx.config.on_cpu:
         return
     try:
         ctx.evaluations.collect_evidence(h, device, ncu=mode == "auto")
@@ -306,23 +306,23 @@ def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
     """On the CPU the quick check is the real verifier (its verdict is cached, so the verifier reuses it:
     nothing is timed there anyway). On a GPU it is the evaluation service's quick check in this run's
     evaluator and workers: compile, one input set plus the problem's test inputs, every guard, no timing."""
-    device = ctx.config.device_for(branch)
+    device, on_cpu = ctx.config.device_for(branch), ctx.config.on_cpu
 
     def check(source: str) -> tuple[bool, str]:
-        if device == "cpu":
+        if on_cpu:
             _, result = ctx.evaluations.evaluate(source, device)
         else:
             result = ctx.evaluations.quick(source, device)
         if result.verdict == "pass":
             ran = "" if "test_inputs" in result.families else " (only the problem's own shapes: it gives no get_test_inputs)"
-            return True, f"{result.detail}{ran} ({'verified' if device == 'cpu' else 'quick check, no timing'})"
+            return True, f"{result.detail}{ran} ({'verified' if on_cpu else 'quick check, no timing'})"
         return False, f"{result.reason}: {result.detail or ''}"[:2000]
 
     return check
 
 
 def _quick_check_text(ctx: RunContext, branch: int) -> str:
-    return llm.QUICK_CHECK_CPU if ctx.config.device_for(branch) == "cpu" else llm.QUICK_CHECK_GPU
+    return llm.QUICK_CHECK_CPU if ctx.config.on_cpu else llm.QUICK_CHECK_GPU
 
 
 def _diff(parent: str, parent_src: str, child_src: str) -> str:

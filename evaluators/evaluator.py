@@ -134,6 +134,8 @@ class Evaluator:
         self._flags: list[str] | None = None
         self._broken: str | None = None
         self._ref_lock = threading.RLock()
+        """the reference session and the evaluator's cached state; taken after a GPU lock, never before one"""
+        self._footprint_lock = threading.Lock()
         if pool is not None and pool.device != str(self.device):
             raise ValueError(f"the worker pool runs on {pool.device}, this evaluator on {self.device}")
         # Start the first worker before the reference is built: its start-up overlaps ours.
@@ -160,6 +162,7 @@ class Evaluator:
     def plan(self) -> Plan:
         """What one evaluation of this problem needs and how it will fit (decided once, before anything
         large is allocated). Raises ProblemTooLarge when even one input set cannot be evaluated."""
+        self._ensure_footprints()  # before _ref_lock: measuring it takes the GPU (lock order: see _roofline)
         with self._ref_lock:
             # The footprint is traced once; the plan is made anew each time, against the memory free now
             # (spare workers starting, another evaluation on the same GPU).
@@ -173,15 +176,19 @@ class Evaluator:
                 raise ProblemTooLarge(plan.why)
             return plan
 
+    def _ensure_footprints(self) -> None:
+        with self._footprint_lock:
+            if self._footprints is None:
+                est = estimate(self.problem, self.precision.cast_dtype)
+                if est.native is None:
+                    self._footprints = self._measured_footprint()
+                    self._footprint_note = f"footprint measured on the device: {est.why_unknown}"
+                else:
+                    self._footprints = (est.native, est.gold)
+
     def _make_plan(self) -> Plan:
         notes = []
-        if self._footprints is None:
-            est = estimate(self.problem, self.precision.cast_dtype)
-            if est.native is None:
-                self._footprints = self._measured_footprint()
-                self._footprint_note = f"footprint measured on the device: {est.why_unknown}"
-            else:
-                self._footprints = (est.native, est.gold)
+        assert self._footprints is not None
         native, gold = self._footprints
         if self._footprint_note:
             notes.append(self._footprint_note)
@@ -195,7 +202,7 @@ class Evaluator:
         """One real forward on a base input set, measured: for problems the meta device cannot run."""
         ref = self.reference
         dev = self.device
-        with shared_use(dev):
+        with shared_use(dev), self._ref_lock:
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
                 torch.cuda.reset_peak_memory_stats(dev)
@@ -483,7 +490,7 @@ class Evaluator:
         t_trials = time.monotonic()
         for k, (family, index) in enumerate(order):
             t0 = time.monotonic()
-            with self._ref_lock, shared_use(self.device):
+            with shared_use(self.device), self._ref_lock:  # GPU lock first: see _roofline
                 trial = ref.trial(family, index, battery)
                 if trial is not None and self._flags is None and family == "base" and len(flag_sets) < 2:
                     flag_sets.append(set(degenerate_outputs(trial.gold, trial.inputs, trial.tolerance)))
@@ -647,7 +654,7 @@ class Evaluator:
             if self._baselines is None:
                 self._baselines = BaselineTimer(self.reference, pol.compile_mode)
         t0 = time.monotonic()
-        with self._ref_lock, shared_use(self.device):
+        with shared_use(self.device), self._ref_lock:  # GPU lock first: see _roofline
             torch.cuda.empty_cache()  # fresh segments for the timing sets: no cached trial block split under them
             inputs = self.reference.timing_inputs(plan.timing_sets)
         phases["timing_inputs_s"] = time.monotonic() - t0
@@ -712,15 +719,22 @@ class Evaluator:
             raise Reject(r.reason, r.detail, "timing") from None
 
     def _roofline(self, inputs: list[Any]) -> dict[str, float]:
+        # Lock order, everywhere in this class: a GPU lock (shared_use, measurement_lock) is taken before
+        # `_ref_lock`, never while holding it. `_time` holds the measurement lock and then takes `_ref_lock` to
+        # re-check the timed outputs; a thread holding `_ref_lock` while waiting for the GPU would deadlock
+        # with it (seen with four branches on one GPU).
+        with self._ref_lock:
+            if self._roof is not None:
+                return self._roof
+            try:  # on the meta device: no memory, no time
+                model, meta_inputs = meta_problem(self.problem, self.precision.cast_dtype)
+                work = count_work(model, meta_inputs)
+            except Exception:  # noqa: BLE001 - an op the meta device cannot run: count on the real thing
+                work = count_work(copy.deepcopy(self.reference.native), inputs)
+        with measurement_lock(self.device):
+            peaks = device_peaks(self.device)
         with self._ref_lock:
             if self._roof is None:
-                try:  # on the meta device: no memory, no time
-                    model, meta_inputs = meta_problem(self.problem, self.precision.cast_dtype)
-                    work = count_work(model, meta_inputs)
-                except Exception:  # noqa: BLE001 - an op the meta device cannot run: count on the real thing
-                    work = count_work(copy.deepcopy(self.reference.native), inputs)
-                with measurement_lock(self.device):
-                    peaks = device_peaks(self.device)
                 self._roof = {**floor_ms(work, peaks, self.precision.value), "flops": work.flops, "bytes": work.bytes}
             return self._roof
 

@@ -39,14 +39,14 @@ _PASS_ENV = re.compile(
     r"MKL_NUM_THREADS|OPENBLAS_[A-Z_]+|NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS|"
     r"TRITON_(PTXAS_PATH|CUOBJDUMP_PATH|NVDISASM_PATH|LIBCUDA_PATH|CUDACRT_PATH|CUDART_PATH|INTERPRET))$"
 )
-_SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
+SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 LOG_LIMIT = 8000
 
 
 def scrubbed_env(scratch: str, device: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """The only environment a candidate process gets: an allow-list, never anything secret-looking."""
     src = os.environ if base is None else base
-    env = {k: v for k, v in src.items() if _PASS_ENV.match(k) and not _SECRETISH.search(k)}
+    env = {k: v for k, v in src.items() if _PASS_ENV.match(k) and not SECRETISH.search(k)}
     env.update({
         "HOME": scratch, "TMPDIR": scratch, "TRITON_CACHE_DIR": os.path.join(scratch, "triton-cache"),
         "TRITON_HOME": scratch, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 
 from kernelwright.agents.archive import Archive
-from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run
+from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, check_cluster, create_run
 from kernelwright.agents.llm import ROLES, ProviderError, valid_spec
 from kernelwright.agents.records import StepRecord
 from kernelwright.agents.roles import STOPPED_ON_REQUEST
@@ -37,6 +37,7 @@ from kernelwright.tools.review import Decision, PendingReview, ReviewDesk, Revie
 from kernelwright.tools.runstore import Run, RunError, RunInfo, RunStore
 
 if TYPE_CHECKING:
+    from kernelwright.evaluators.cluster import Slot
     from kernelwright.graphs.tracing import RunTracing
 
 POLL_S = 0.2
@@ -54,16 +55,20 @@ class UsageError(Exception):
 
 
 def evaluate(problem: str | Path, candidate: str | Path, *, device: str | None = None, precision: str | None = None,
-             trials: int = 5, compile_mode: str | None = "default") -> EvalResult:
-    """Judge one candidate (a file path, or its source text) against a problem file. Never raises for a
-    bad candidate: the verdict says why. Raises UsageError for a bad problem file or an unusable device."""
+             trials: int = 5, compile_mode: str | None = "default", slot: Slot | None = None) -> EvalResult:
+    """Judge one candidate (a file path, or its source text) against a problem file, here or on a Ray cluster's
+    `slot`. Never raises for a bad candidate: the verdict says why. Raises UsageError for a bad problem file or
+    an unusable device."""
     source = _source(candidate, "candidate")
     try:
         prob = load_problem(Path(problem), precision)
-        dev = resolve_device(device)
+        dev = resolve_device(device) if slot is None else None
     except (ProblemError, DeviceError) as e:
         raise UsageError(str(e)) from None
-    with Evaluator(prob, str(dev), EvalPolicy(trials=trials, compile_mode=compile_mode)) as ev:
+    policy = EvalPolicy(trials=trials, compile_mode=compile_mode)
+    if slot is not None:
+        return slot.evaluator(prob, policy).evaluate(source)
+    with Evaluator(prob, str(dev), policy) as ev:
         return ev.evaluate(source)
 
 
@@ -338,6 +343,11 @@ def resume_run(run_id: str, *, runs_dir: str | Path = "runs",
     except (RunError, ValueError) as e:  # ValueError: a run.json this version cannot read
         raise UsageError(str(e).splitlines()[0]) from None
     check_config(config, models)
+    if config.cluster:
+        try:
+            check_cluster(config)
+        except RunSetupError as e:
+            raise UsageError(f"run {run_id}: {e}") from None
     return RunHandle(run, config, models, fresh=False)
 
 

@@ -7,7 +7,9 @@
   given; a model can start from scratch), and reports the best kernel each run found.
 
 With a device list (`cuda:0,cuda:1`) one worker per device takes the next problem, so problems run in
-parallel and two measurements never share a GPU.
+parallel and two measurements never share a GPU. With `--cluster` (a running Ray cluster) one worker per
+actor does the same, each actor on its own GPU wherever Ray placed it (`--actors`, default one per GPU of the
+cluster); with `--optimize`, each problem's run gets one actor.
 
 Results go to `OUT/results.jsonl`, one `BenchRow` per problem, appended as each is judged, so `--resume`
 judges only the problems it lacks. The summary (`summary.json`, `summary.md`, `summary.html`) uses
@@ -32,7 +34,7 @@ import time
 from collections.abc import Iterator, Sequence
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,6 +42,9 @@ from kernelwright.api import RunConfig, UsageError, evaluate, start_run
 from kernelwright.evaluators import DeviceError, EvalResult, resolve_device
 from kernelwright.evaluators.result import bound
 from kernelwright.tools.runstore import atomic_write
+
+if TYPE_CHECKING:
+    from kernelwright.evaluators.cluster import Cluster, Slot
 
 P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 BASELINES = ("eager", "compile")
@@ -58,6 +63,8 @@ class BenchRow(BaseModel):
     """the candidate file judged (None: missing); with --optimize, the best kernel of the problem's run"""
     run: str | None = None
     """with --optimize: the run's id (its report, trace and kernels are under OUT/runs)"""
+    actor: str | None = None
+    """with --cluster: the Ray actor that judged it (host:pid)"""
     seed_speedup_vs_eager: float | None = None
     """with --optimize: the seed kernel's speedup over eager, for comparison"""
     verdict: Literal["pass", "fail", "error", "missing"]
@@ -166,6 +173,16 @@ def read_rows(path: Path) -> list[BenchRow]:
 
 
 
+def check_cluster(cluster: str, device: str | None, actors: int | None) -> tuple[Cluster, str, int]:
+    """The connected cluster, the actors' kind and their number (`cluster.settle`); UsageError for a bad one."""
+    from kernelwright.evaluators.cluster import ClusterError, settle
+
+    try:
+        return settle(cluster, device, actors)
+    except ClusterError as e:
+        raise UsageError(str(e)) from None
+
+
 def check_devices(device: str | None) -> list[str]:
     """The devices to spread problems over (one, or a list of GPUs); UsageError for an unusable one."""
     try:
@@ -184,6 +201,7 @@ def row_of(name: str, level: int, kernel: str, result: EvalResult, wall_s: float
         problem=name, level=level, kernel=kernel, verdict=result.verdict, reason=str(result.reason),
         detail=bound(result.detail, 500), device=result.device, timing_unavailable=result.timing_unavailable,
         wall_s=round(wall_s, 2), time=stamp, **extra,
+        actor=f"{result.versions['ray_host']}:{result.versions['ray_actor_pid']}" if "ray_host" in result.versions else None,
         **({} if t is None else dict(
             median_ms=t.median_ms, eager_ms=t.eager_ms, compile_ms=t.compile_ms, compile_mode=t.compile_mode,
             floor_ms=t.floor_ms, speedup_vs_eager=t.speedup_vs_eager, speedup_vs_compile=t.speedup_vs_compile,
@@ -191,7 +209,7 @@ def row_of(name: str, level: int, kernel: str, result: EvalResult, wall_s: float
 
 
 def judge(level: int, problem: Path, kernel: Path | None, *, device: str, trials: int = 5,
-          compile_mode: str | None = "default") -> BenchRow:
+          compile_mode: str | None = "default", slot: Slot | None = None) -> BenchRow:
     """One problem's row for `--kernels`; never raises for a bad kernel or a bad problem file (the row says why)."""
     name = f"level{level}/{problem.name}"
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -200,7 +218,7 @@ def judge(level: int, problem: Path, kernel: Path | None, *, device: str, trials
                         detail="no kernel for this problem", time=stamp)
     t0 = time.monotonic()
     try:
-        r = evaluate(problem, kernel, device=device, trials=trials, compile_mode=compile_mode)
+        r = evaluate(problem, kernel, device=device, trials=trials, compile_mode=compile_mode, slot=slot)
     except UsageError as e:  # the problem file itself is broken: not held against the kernel, but not correct
         return BenchRow(problem=name, level=level, kernel=str(kernel), verdict="error", reason="bad_problem",
                         detail=bound(str(e), 500), device=device, wall_s=round(time.monotonic() - t0, 2), time=stamp)
@@ -240,7 +258,8 @@ def optimize(level: int, problem: Path, seed: Path | None, config: RunConfig, ru
 def run_bench(suite: Path, out: Path, *, kernels: Path | None = None, optimize_config: RunConfig | None = None,
               seed_kernels: Path | None = None, models: dict[str, Any] | None = None,
               levels: Sequence[int] | None = None, pattern: str | None = None, device: str | None = None,
-              resume: bool = False, trials: int = 5, compile_mode: str | None = "default") -> Iterator[BenchRow]:
+              resume: bool = False, trials: int = 5, compile_mode: str | None = "default",
+              cluster: str | None = None, actors: int | None = None) -> Iterator[BenchRow]:
     """Judge (`kernels`) or optimize (`optimize_config`) every selected problem, appending each row to
     `out/results.jsonl` as it comes; yields the rows (with `resume`, those read back first). With several
     devices, one worker per device. Writes the summary files at the end."""
@@ -250,7 +269,13 @@ def run_bench(suite: Path, out: Path, *, kernels: Path | None = None, optimize_c
     for folder, what in ((kernels, "kernels"), (seed_kernels, "seed kernels")):
         if folder is not None and not folder.is_dir():
             raise UsageError(f"{folder}: no such {what} folder")
-    devices = check_devices(device)
+    if cluster:
+        ray_cluster, kind, n_actors = check_cluster(cluster, device, actors)
+        devices = [f"ray:{k}" for k in range(n_actors)]
+    else:
+        if actors is not None:
+            raise UsageError("--actors goes with --cluster (the number of evaluation actors in the Ray cluster)")
+        devices = check_devices(device)
     results = out / "results.jsonl"
     if results.exists() and not resume:
         raise UsageError(f"{results} exists: pass --resume to continue it, or give another --out")
@@ -268,6 +293,17 @@ def run_bench(suite: Path, out: Path, *, kernels: Path | None = None, optimize_c
     lock = threading.Lock()
 
     def work(dev: str) -> None:
+        # on a cluster, a judging worker keeps one actor (one GPU) for all its problems; an optimizing one
+        # gives each problem's run an actor of its own
+        slot = ray_cluster.slot(kind, name=f"bench/{dev}") if cluster and kernels is not None else None
+        placement = {"device": kind, "cluster": cluster, "actors": 1} if cluster else {"device": dev}
+        try:
+            drain(dev, slot, placement)
+        finally:
+            if slot is not None:
+                slot.close()
+
+    def drain(dev: str, slot: Slot | None, placement: dict[str, Any]) -> None:
         while True:
             try:
                 lv, p = todo.get_nowait()
@@ -276,11 +312,11 @@ def run_bench(suite: Path, out: Path, *, kernels: Path | None = None, optimize_c
             try:
                 if kernels is not None:
                     row = judge(lv, p, kernel_for(kernels, lv, p), device=dev, trials=trials,
-                                compile_mode=compile_mode)
+                                compile_mode=compile_mode, slot=slot)
                 else:
                     assert optimize_config is not None
                     seed = kernel_for(seed_kernels, lv, p) if seed_kernels else None
-                    cfg = RunConfig.from_dict({**optimize_config.as_dict(), "device": dev})
+                    cfg = RunConfig.from_dict({**optimize_config.as_dict(), **placement})
                     row = optimize(lv, p, seed, cfg, out / "runs", models)
                 with lock, open(results, "a") as f:
                     f.write(row.model_dump_json() + "\n")

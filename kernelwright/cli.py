@@ -213,6 +213,9 @@ RoleModelOpt = Annotated[Optional[list[str]], typer.Option("--role-model", help=
 IterationsOpt = Annotated[int, typer.Option(min=1, help="candidate children to evaluate in all")]
 TimeBudgetOpt = Annotated[Optional[str], typer.Option("--time-budget", help="wall-time budget, e.g. 90s, 30m, 8h")]
 BranchesOpt = Annotated[int, typer.Option(min=1, max=64, help="parents per generation (parallel branches)")]
+ClusterOpt = Annotated[Optional[str], typer.Option(help="evaluate on a running Ray cluster: ray (this machine's), ray://HOST:PORT "
+                                                        "or HOST:PORT; --device then says cuda (one GPU per actor) or cpu")]
+ActorsOpt = Annotated[Optional[int], typer.Option(min=1, help="with --cluster: evaluation actors (default: one per GPU of the cluster)")]
 DeviceOpt = Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N (default: cuda when a GPU is present)")]
 PrecisionFlag = Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract")]
 TrialsOpt = Annotated[int, typer.Option(min=1, max=100, help="verifier trials per input family")]
@@ -244,6 +247,8 @@ def optimize_cmd(
                                                      "it can read counters; torch: torch.profiler only; off)")] = ProfileOpt.auto,
     review: Annotated[ReviewOpt, typer.Option(help="proposals: pause each branch after its strategist until a person "
                                                    "decides (kernelwright chat --attach RUN_ID, or the MCP server)")] = ReviewOpt.none,
+    cluster: ClusterOpt = None,
+    actors: ActorsOpt = None,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive."""
     from kernelwright import optimize as opt
@@ -254,7 +259,7 @@ def optimize_cmd(
             iterations=iterations, time_budget=time_budget, branches=branches, device=device,
             precision=precision.value if precision else None, trials=trials, run_dir=run_dir, resume=resume,
             console=out, token_budget=token_budget, cost_budget=cost_budget, prices=price or [], profile=profile.value,
-            review=review.value,
+            review=review.value, cluster=cluster, actors=actors,
         )
     except opt.UsageError as e:
         raise _usage_error(str(e)) from None
@@ -287,6 +292,8 @@ def chat_cmd(
     cost_budget: CostBudgetOpt = None,
     price: PriceOpt = None,
     profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence (as for optimize)")] = ProfileOpt.auto,
+    cluster: ClusterOpt = None,
+    actors: ActorsOpt = None,
 ) -> None:
     """A chat session over a run: review each proposal (approve, edit, reject, propose your own), steer, ask why."""
     from kernelwright import api
@@ -303,7 +310,7 @@ def chat_cmd(
                                   time_budget=time_budget, branches=branches, device=device,
                                   precision=precision.value if precision else None, trials=trials,
                                   token_budget=token_budget, cost_budget=cost_budget, prices=price or [],
-                                  profile=profile.value, review="proposals")
+                                  profile=profile.value, review="proposals", cluster=cluster, actors=actors)
         return api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir)  # type: ignore[arg-type]
 
     try:
@@ -514,6 +521,8 @@ def bench_cmd(
     resume: Annotated[bool, typer.Option("--resume", help="continue the results in --out, judging only what is missing")] = False,
     trials: TrialsOpt = 5,
     compile_mode: Annotated[CompileMode, typer.Option(help="torch.compile mode of the compiled baseline")] = CompileMode.default,
+    cluster: ClusterOpt = None,
+    actors: ActorsOpt = None,
 ) -> None:
     """A KernelBench-style benchmark: judge a folder of kernels (--kernels) or run the loop on each problem
     (--optimize) over a suite; per-problem verdicts and times, fast_p against eager and torch.compile."""
@@ -540,7 +549,7 @@ def bench_cmd(
             raise api.UsageError("--seed-kernels goes with --optimize")
         for row in run_bench(suite, out_dir, kernels=kernels, optimize_config=config, seed_kernels=seed_kernels,
                              levels=wanted, pattern=problems, device=device, resume=resume, trials=trials,
-                             compile_mode=_mode(compile_mode)):
+                             compile_mode=_mode(compile_mode), cluster=cluster, actors=actors):
             sp = (f"{row.speedup_vs_eager:.2f}× eager, " if row.speedup_vs_eager is not None else "") + (
                 f"{row.speedup_vs_compile:.2f}× torch.compile" if row.speedup_vs_compile is not None else "")
             out.print(f"{row.problem}: {row.verdict} ({row.reason}){' ' + sp if sp else ''}"

@@ -12,6 +12,7 @@ import threading
 import time
 
 from kernelwright.evaluators import DeviceFacts, EvalPolicy, EvalResult, Evaluator, problem_from_source
+from kernelwright.evaluators.cluster import RemoteEvaluator, connect
 from kernelwright.evaluators.facts import cpu_facts
 from kernelwright.evaluators.profiling import NcuReport, Profile, ncu_unavailable_reason
 
@@ -21,24 +22,34 @@ from .runstore import Run
 class Evaluations:
     """The evaluators of one run (lazily built per device) and its verdict cache."""
 
-    def __init__(self, run: Run, precision: str | None = None, trials: int = 5, spares: int = 1) -> None:
+    def __init__(self, run: Run, precision: str | None = None, trials: int = 5, spares: int = 1,
+                 cluster: str = "", kind: str = "cpu") -> None:
         self.run = run
         self.precision = precision
         self.trials, self.spares = trials, spares
-        self._evaluators: dict[str, Evaluator] = {}
+        self.cluster, self.kind = cluster, kind
+        """with a `cluster` (`--cluster`), devices named `ray:K` are actors of that Ray cluster, of `kind`"""
+        self._evaluators: dict[str, Evaluator | RemoteEvaluator] = {}
         self._facts: dict[str, DeviceFacts] = {}
         self._lock = threading.Lock()
         self._closed = False
 
-    def evaluator(self, device: str) -> Evaluator:
+    def evaluator(self, device: str) -> Evaluator | RemoteEvaluator:
+        """The evaluator of `device`: a local one, or for `ray:K` the K-th actor slot of the run's cluster
+        (its actor started on first use, anywhere in the cluster Ray finds a free GPU)."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("this run's evaluators are closed")
             ev = self._evaluators.get(device)
             if ev is None:
                 problem = problem_from_source(self.run.problem_source(), self.run.info().problem, self.precision)
-                ev = self._evaluators[device] = Evaluator(problem, device,
-                                                            EvalPolicy(trials=self.trials, spares=self.spares))
+                policy = EvalPolicy(trials=self.trials, spares=self.spares)
+                if device.startswith("ray:"):
+                    slot = connect(self.cluster).slot(self.kind, name=f"{self.run.id}/{device}")
+                    ev = slot.evaluator(problem, policy, own_slot=True)
+                else:
+                    ev = Evaluator(problem, device, policy)
+                self._evaluators[device] = ev
             return ev
 
     def cached(self, h: str) -> EvalResult | None:
@@ -65,7 +76,7 @@ class Evaluations:
 
     def facts(self, device: str) -> DeviceFacts:
         """The device's facts (`evaluators.facts`), read once per device per run."""
-        if device == "cpu":
+        if device == "cpu" or (device.startswith("ray:") and self.kind == "cpu"):
             return cpu_facts()
         if device not in self._facts:
             self._facts[device] = self.evaluator(device).device_facts()

@@ -675,6 +675,17 @@ def test_lock_files_live_in_the_cache(lock_cache: Path) -> None:
     assert lock_paths(CUDA0) != lock_paths(torch.device("cuda", 1))
 
 
+def test_a_gpu_is_locked_by_its_uuid_not_by_the_index_a_process_knows_it_by(
+        lock_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # two processes with different CUDA_VISIBLE_DEVICES: one knows the GPU as cuda:1, the other as cuda:0
+    uuids = {0: "GPU-aaaa", 1: "GPU-bbbb"}
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: type("P", (), {"uuid": uuids[i]})())
+    seen_alone = lock_paths(torch.device("cuda", 1))
+    uuids[0] = "GPU-bbbb"
+    assert lock_paths(torch.device("cuda", 0)) == seen_alone
+    assert Path(seen_alone[0]).name == "cuda-GPU-bbbb.lock"
+
+
 def test_measurement_waits_for_shared_use_then_runs(lock_cache: Path, tmp_path: Path) -> None:
     with _held_by_another_process("shared", tmp_path):
         t0 = time.monotonic()
@@ -725,3 +736,29 @@ def test_a_waiting_measurement_goes_before_new_shared_users(lock_cache: Path, tm
     measurement.join(5)
     late_user.join(5)
     assert late_user.entered_at >= measurement.left_at, "shared use overlapped the measurement"
+
+
+def test_no_gpu_lock_is_waited_for_while_the_reference_lock_is_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock order that keeps concurrent evaluations on one GPU from deadlocking: a GPU lock first, then the
+    evaluator's `_ref_lock`, never the other way (`_time` re-checks timed outputs under the measurement lock).
+    Checked on the CPU by watching every shared_use the evaluator takes during a whole evaluation."""
+    from kernelwright.evaluators import EvalPolicy, Evaluator, load_problem
+    from kernelwright.evaluators import evaluator as evmod
+
+    root = Path(__file__).resolve().parents[1] / "kernels" / "honest"
+    held: list[bool] = []
+    box: dict[str, Any] = {}
+    real = evmod.shared_use
+
+    @contextmanager
+    def watched(device: torch.device, *a: Any, **k: Any) -> Iterator[None]:
+        held.append(box["ev"]._ref_lock._is_owned())
+        with real(device, *a, **k):
+            yield
+
+    monkeypatch.setattr(evmod, "shared_use", watched)
+    with Evaluator(load_problem(root / "relu_problem.py"), "cpu", EvalPolicy(trials=1)) as ev:
+        box["ev"] = ev
+        result = ev.evaluate((root / "relu_candidate.py").read_text())
+    assert result.verdict == "pass" and len(held) >= 3
+    assert not any(held), f"{sum(held)} of {len(held)} GPU locks were waited for while holding _ref_lock"

@@ -1,0 +1,396 @@
+"""Evaluation on a Ray cluster: one actor per GPU (or per CPU slot), on any node of the cluster.
+
+The graph and every model call stay in the driver. An actor is an ordinary evaluation service on its node:
+it holds an `Evaluator` (sandboxed candidate processes, GPU locks, timing) for the problem it was last
+given, on the one GPU Ray assigned it (`num_gpus=1`, so Ray's accounting keeps two actors off one GPU).
+What comes back is an `EvalResult`, never a hang:
+
+- an actor that dies or whose node is lost mid-call (`RayActorError`, a lost object) is replaced by a
+  fresh actor, which Ray places on any free GPU, and the call is made again, at most `retries` times;
+- a call with no answer within `call_timeout_s` kills its actor, then the same;
+- when the retries are spent, `evaluate` returns verdict `error` (`evaluator_error`: the judge could not
+  judge), which a run never caches, so the kernel is judged again later.
+
+Secrets: nothing of the driver's environment is sent (no `runtime_env`), and this module never starts a
+cluster (a cluster started by the driver would inherit its environment, keys and all): it only connects to
+one that is running. An actor also removes any secret-looking variable its node's environment gave it
+before it does anything else, and says which names it removed; candidate processes get the same
+allow-listed environment they get anywhere (`pool.scrubbed_env`).
+
+`ray` is an optional dependency (`pip install kernelwright[ray]`); it is imported only here, and only when
+a cluster is asked for. The connection is the process's (Ray allows one per process); everything else
+(actors, their problems) belongs to whoever holds the `Slot`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .evaluator import EvalPolicy
+from .facts import DeviceFacts, cpu_facts
+from .pool import SECRETISH
+from .problem import Problem
+from .profiling import Profile
+from .result import EvalResult, Reason
+
+log = logging.getLogger(__name__)
+
+PLACEMENT_TIMEOUT_S = 300.0
+"""how long a new actor may wait for a free GPU (and start) before the slot gives up"""
+CALL_TIMEOUT_S = 3600.0
+"""no single evaluation takes this long (the evaluator's own per-phase limits end a candidate far sooner);
+past it, the actor is presumed hung and replaced"""
+RETRIES = 2
+"""fresh actors tried after the first one is lost, for one call"""
+
+
+class ClusterError(Exception):
+    """The cluster cannot be used (Ray missing, nothing running at the address, no GPU in it); one sentence."""
+
+
+class SlotLost(Exception):
+    """Every actor tried for one call was lost; the message says how."""
+
+
+def address_of(cluster: str) -> str:
+    """The address `ray.init` takes for `--cluster`: `ray` (the cluster this machine belongs to: RAY_ADDRESS,
+    or the one `ray start` started here), `ray://HOST:PORT` (Ray Client, a remote cluster) or `HOST:PORT`
+    (a cluster's GCS address, from a machine of the cluster's network)."""
+    c = cluster.strip()
+    if c in ("ray", "auto"):
+        return "auto"
+    if c.startswith("ray://") or (":" in c and c.rsplit(":", 1)[1].isdigit()):
+        return c
+    raise ClusterError(f"--cluster {cluster!r}: use ray (the running cluster), ray://HOST:PORT or HOST:PORT")
+
+
+def _reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail in seconds, not minutes (Ray retries a dead address for a long time), when nothing listens."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError) as e:
+        raise ClusterError(f"no Ray cluster answers at {address} ({e.__class__.__name__}: {e}); start one with "
+                           "`ray start --head` or check the address") from None
+
+
+_connect_lock = threading.Lock()
+_connected: str | None = None
+
+
+def connect(cluster: str) -> Cluster:
+    """The process's connection to the cluster named by `--cluster` (made once; Ray allows one per process)."""
+    global _connected
+    address = address_of(cluster)
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError("--cluster needs Ray, which is not installed: pip install 'kernelwright[ray]'") from None
+    with _connect_lock:
+        if ray.is_initialized():
+            if _connected is not None and _connected != address:
+                raise ClusterError(f"this process is already connected to the Ray cluster at {_connected}; "
+                                   f"one process can use one cluster, not also {address}")
+        else:
+            _reachable(address)
+            try:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
+                         namespace="kernelwright", ignore_reinit_error=True)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise ClusterError(f"cannot connect to the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
+            _connected = address
+    return Cluster(address)
+
+
+def settle(cluster: str, device: str | None, actors: int | None) -> tuple[Cluster, str, int]:
+    """Connect, then settle the actors' kind (cuda, or cpu when asked for or when the cluster has no GPU) and
+    number (default: `default_actors`); ClusterError, one sentence, when the cluster cannot hold them."""
+    kind = (device or "").strip().lower()
+    if kind not in ("", "cpu", "cuda", "gpu"):
+        raise ClusterError(f"--device {device} with --cluster: give cuda (one GPU per actor) or cpu; Ray places "
+                           "the actors")
+    c = connect(cluster)
+    kind = "cpu" if kind == "cpu" or (not kind and c.gpus() == 0) else "cuda"
+    n = actors or c.default_actors(kind)
+    c.check(kind, n)
+    return c, kind, n
+
+
+@dataclass
+class Cluster:
+    """What the driver needs of a connected cluster."""
+
+    address: str
+
+    def resources(self) -> dict[str, float]:
+        import ray
+
+        return dict(ray.cluster_resources())
+
+    def gpus(self) -> int:
+        return int(self.resources().get("GPU", 0))
+
+    def cpus(self) -> int:
+        return int(self.resources().get("CPU", 0))
+
+    def check(self, kind: str, actors: int) -> None:
+        """ClusterError unless the cluster can hold `actors` actors of `kind` at once."""
+        if kind == "cuda":
+            have = self.gpus()
+            if have == 0:
+                raise ClusterError(f"the Ray cluster at {self.address} has no GPU; use --device cpu for the "
+                                   "Triton interpreter, or add GPU nodes")
+            if actors > have:
+                raise ClusterError(f"--actors {actors}: the Ray cluster at {self.address} has {have} GPU(s)")
+        elif actors > self.cpus():
+            raise ClusterError(f"--actors {actors}: the Ray cluster at {self.address} has {self.cpus()} CPU(s)")
+
+    def default_actors(self, kind: str) -> int:
+        """One actor per GPU of the cluster; on the CPU, one per two CPUs (at most 4)."""
+        return self.gpus() if kind == "cuda" else max(1, min(4, self.cpus() // 2))
+
+    def slot(self, kind: str, name: str = "") -> Slot:
+        return Slot(self, kind, name)
+
+
+# -- the actor (runs on a node of the cluster) ------------------------------------------------------------
+
+
+class EvalActor:
+    """One evaluation service on one GPU (or CPU slot) of the cluster: the problem it was last given and its
+    `Evaluator`. Calls from several threads of the driver may arrive at once (a threaded actor); the evaluator
+    is thread safe and its locks keep measurements apart."""
+
+    def __init__(self, kind: str) -> None:
+        # before anything else: whatever the node's environment holds that looks secret is not ours to keep
+        self.removed = sorted(k for k in os.environ if SECRETISH.search(k))
+        for k in self.removed:
+            os.environ.pop(k, None)
+        self.kind = kind
+        self.device = "cuda:0" if kind == "cuda" else "cpu"  # Ray made the assigned GPU the only visible one
+        self._lock = threading.Lock()
+        self._key: str | None = None
+        self._ev: Any = None
+
+    def hello(self) -> dict[str, Any]:
+        """Who and where this actor is (versions are checked by the driver; `removed` says what was scrubbed)."""
+        import torch
+        import triton
+
+        gpu = torch.cuda.get_device_name(0) if self.kind == "cuda" and torch.cuda.is_available() else None
+        return {"host": socket.gethostname(), "pid": os.getpid(), "kernelwright": version(),
+                "torch": torch.__version__, "triton": triton.__version__, "gpu": gpu,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "removed": self.removed,
+                "secret_names": sorted(k for k in os.environ if SECRETISH.search(k))}
+
+    def _evaluator(self, key: str, source: str, path: str, precision: str | None, policy: EvalPolicy) -> Any:
+        from .evaluator import Evaluator
+        from .problem import problem_from_source
+
+        with self._lock:
+            if self._key != key:
+                if self._ev is not None:
+                    self._ev.close()
+                    self._ev, self._key = None, None
+                self._ev = Evaluator(problem_from_source(source, path, precision), self.device, policy)
+                self._key = key
+            return self._ev
+
+    def evaluate(self, spec: tuple[str, str, str, str | None, EvalPolicy], source: str, quick: bool) -> dict[str, Any]:
+        return self._evaluator(*spec).evaluate(source, quick=quick).model_dump(mode="json")
+
+    def device_facts(self, spec: tuple[str, str, str, str | None, EvalPolicy]) -> str:
+        return self._evaluator(*spec).device_facts().model_dump_json()
+
+    def profile(self, spec: tuple[str, str, str, str | None, EvalPolicy], source: str, ncu: bool,
+                result: dict[str, Any] | None) -> str:
+        res = EvalResult.model_validate(result) if result is not None else None
+        return self._evaluator(*spec).profile(source, ncu=ncu, result=res).model_dump_json()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._ev is not None:
+                self._ev.close()
+            self._ev, self._key = None, None
+
+
+# -- the driver's side ------------------------------------------------------------------------------------
+
+
+class Slot:
+    """One place to evaluate in the cluster, as the driver sees it: an actor that is replaced when lost.
+
+    `evaluator(problem, policy)` gives an `Evaluator`-shaped view of the slot for one problem. Thread safe."""
+
+    def __init__(self, cluster: Cluster, kind: str, name: str = "", *, retries: int = RETRIES,
+                 call_timeout_s: float = CALL_TIMEOUT_S, placement_timeout_s: float = PLACEMENT_TIMEOUT_S) -> None:
+        if kind not in ("cuda", "cpu"):
+            raise ValueError(f"kind must be cuda or cpu, not {kind!r}")
+        self.cluster, self.kind, self.name = cluster, kind, name
+        self.retries, self.call_timeout_s, self.placement_timeout_s = retries, call_timeout_s, placement_timeout_s
+        self._lock = threading.Lock()
+        self._actor: Any = None
+        self._generation = 0
+        self.hello: dict[str, Any] = {}
+        self.lost: list[str] = []
+        """one line per actor this slot lost, oldest first"""
+        self._closed = False
+
+    def _start(self) -> Any:
+        import ray
+
+        cls = ray.remote(EvalActor)
+        actor = cls.options(num_gpus=1 if self.kind == "cuda" else 0, num_cpus=1, max_restarts=0,
+                            max_concurrency=16).remote(self.kind)
+        try:
+            hello = ray.get(actor.hello.remote(), timeout=self.placement_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(actor)
+            what = "GPU" if self.kind == "cuda" else "CPU"
+            raise SlotLost(f"no {what} of the Ray cluster at {self.cluster.address} took a new evaluation actor "
+                           f"within {self.placement_timeout_s:.0f} s (all in use, or the node is gone)") from None
+        except ray.exceptions.RayError as e:
+            ray.kill(actor)
+            raise SlotLost(f"a new evaluation actor failed to start: {_first_line(e)}") from None
+        if hello["kernelwright"] != version():
+            ray.kill(actor)
+            raise ClusterError(f"the Ray node {hello['host']} has kernelwright {hello['kernelwright']}, this "
+                               f"driver {version()}: install the same version on every node")
+        if hello["removed"]:
+            log.warning("the Ray node %s gave its actors secret-looking variables (%s); the actor removed them, "
+                        "but start the cluster without them", hello["host"], ", ".join(hello["removed"]))
+        self.hello = hello
+        return actor
+
+    def actor(self) -> tuple[Any, int]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this evaluation slot is closed")
+            if self._actor is None:
+                self._actor = self._start()
+                self._generation += 1
+            return self._actor, self._generation
+
+    def _drop(self, generation: int, why: str, kill: bool) -> None:
+        """Forget the actor of `generation` (once, however many calls saw it go)."""
+        import ray
+
+        with self._lock:
+            if self._actor is None or generation != self._generation:
+                return
+            actor, self._actor = self._actor, None
+            self.lost.append(why)
+        if kill:
+            try:
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 - already gone is as good as killed
+                pass
+
+    def call(self, method: str, *args: Any) -> Any:
+        """`actor.method(*args)` on this slot's actor, replacing a lost actor and trying again; SlotLost once
+        `retries` fresh actors were lost too. An exception raised by the method itself is raised here."""
+        import ray
+
+        why: list[str] = []
+        for _ in range(self.retries + 1):
+            actor, generation = self.actor()
+            try:
+                return ray.get(getattr(actor, method).remote(*args), timeout=self.call_timeout_s)
+            except ray.exceptions.GetTimeoutError:
+                line = f"no answer within {self.call_timeout_s:g} s from the actor on {self.hello.get('host')}"
+                self._drop(generation, line, kill=True)
+            except ray.exceptions.RayTaskError as e:
+                cause = e.cause if isinstance(e.cause, BaseException) else None
+                raise (cause or RuntimeError(_first_line(e))) from None
+            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError,
+                    ray.exceptions.WorkerCrashedError, ray.exceptions.OwnerDiedError) as e:
+                line = f"the actor on {self.hello.get('host')} (pid {self.hello.get('pid')}) was lost: {_first_line(e)}"
+                self._drop(generation, line, kill=False)
+            why.append(line)
+            log.warning("evaluation slot %s: %s; trying a fresh actor", self.name, line)
+        raise SlotLost(f"{len(why)} evaluation actor(s) lost in a row: " + "; ".join(why))
+
+    def evaluator(self, problem: Problem, policy: EvalPolicy, own_slot: bool = False) -> RemoteEvaluator:
+        """An `Evaluator`-shaped view of this slot for `problem`; with `own_slot`, closing it closes the slot."""
+        return RemoteEvaluator(self, problem, policy, own_slot)
+
+    def close(self) -> None:
+        import ray
+
+        with self._lock:
+            self._closed = True
+            actor, self._actor = self._actor, None
+        if actor is not None:
+            try:
+                ray.get(actor.close.remote(), timeout=60)
+            except Exception:  # noqa: BLE001 - it is killed next either way
+                pass
+            ray.kill(actor)
+
+
+def version() -> str:
+    """This installation's kernelwright version (the driver's and every actor's must be the same)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("kernelwright")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+class RemoteEvaluator:
+    """`Evaluator`'s surface (evaluate, device_facts, profile, close) for one problem, on a cluster slot."""
+
+    def __init__(self, slot: Slot, problem: Problem, policy: EvalPolicy, own_slot: bool = False) -> None:
+        self.slot, self.problem = slot, problem
+        self.device = slot.kind
+        key = hashlib.sha256(f"{problem.path}\0{problem.source}\0{problem.precision}\0{policy!r}".encode()).hexdigest()
+        self._spec = (key, problem.source, problem.path, problem.precision.value, replace(policy))
+        self._own_slot = own_slot
+
+    @property
+    def where(self) -> dict[str, str]:
+        h = self.slot.hello
+        return {"ray_host": str(h.get("host")), "ray_actor_pid": str(h.get("pid")), "ray_slot": self.slot.name}
+
+    def evaluate(self, source: str, *, quick: bool = False) -> EvalResult:
+        """The verdict, from whichever actor the slot holds; verdict `error` when every actor tried was lost."""
+        t0 = time.monotonic()
+        try:
+            data = self.slot.call("evaluate", self._spec, source, quick)
+        except (SlotLost, ClusterError) as e:
+            return EvalResult(verdict="error", reason=Reason.EVALUATOR_ERROR, device=self.slot.kind,
+                              detail=f"the Ray cluster could not judge this candidate: {e}",
+                              phases={"total": round(time.monotonic() - t0, 3)})
+        result = EvalResult.model_validate(data)
+        result.versions.update(self.where)
+        return result
+
+    def device_facts(self) -> DeviceFacts:
+        if self.slot.kind == "cpu":
+            return cpu_facts()
+        return DeviceFacts.model_validate_json(self.slot.call("device_facts", self._spec))
+
+    def profile(self, source: str, ncu: bool = False, result: EvalResult | None = None) -> Profile:
+        data = result.model_dump(mode="json") if result is not None else None
+        return Profile.model_validate_json(self.slot.call("profile", self._spec, source, ncu, data))
+
+    def close(self) -> None:
+        if self._own_slot:
+            self.slot.close()
