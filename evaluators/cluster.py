@@ -49,6 +49,9 @@ CALL_TIMEOUT_S = 3600.0
 past it, the actor is presumed hung and replaced"""
 RETRIES = 2
 """fresh actors tried after the first one is lost, for one call"""
+MAX_CONCURRENCY = 64
+"""calls one actor runs at once (threads): at least the branches a run can give one actor, so that no call
+waits in the actor's queue while its timeout runs"""
 
 
 class ClusterError(Exception):
@@ -106,10 +109,15 @@ def connect(cluster: str) -> Cluster:
             try:
                 ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
                          namespace="kernelwright", ignore_reinit_error=True)
-            except (ConnectionError, RuntimeError, ValueError) as e:
-                raise ClusterError(f"cannot connect to the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
+            except Exception as e:  # noqa: BLE001 - Ray raises several kinds here; each becomes one sentence
+                # a cluster with token authentication (`ray start` turns it on when it finds ~/.ray/auth_token)
+                # answers a driver without the token like this; guessing token mode would break every other
+                hint = "" if os.environ.get("RAY_AUTH_MODE") else \
+                    "; if it uses token authentication, set RAY_AUTH_MODE=token and give its token"
+                raise ClusterError(f"cannot connect to the Ray cluster at {cluster}: "
+                                   f"{_first_line(e)}{hint}") from None
             _connected = address
-    return Cluster(address)
+    return Cluster(cluster.strip())
 
 
 def settle(cluster: str, device: str | None, actors: int | None) -> tuple[Cluster, str, int]:
@@ -131,6 +139,7 @@ class Cluster:
     """What the driver needs of a connected cluster."""
 
     address: str
+    """as the user gave it (`--cluster`)"""
 
     def resources(self) -> dict[str, float]:
         import ray
@@ -166,6 +175,10 @@ class Cluster:
 # -- the actor (runs on a node of the cluster) ------------------------------------------------------------
 
 
+Spec = tuple[str, str, str, str | None, EvalPolicy]
+"""a problem as an actor is given it: (key, source, path, precision, policy)"""
+
+
 class EvalActor:
     """One evaluation service on one GPU (or CPU slot) of the cluster: the problem it was last given and its
     `Evaluator`. Calls from several threads of the driver may arrive at once (a threaded actor); the evaluator
@@ -177,7 +190,11 @@ class EvalActor:
         for k in self.removed:
             os.environ.pop(k, None)
         self.kind = kind
-        self.device = "cuda:0" if kind == "cuda" else "cpu"  # Ray made the assigned GPU the only visible one
+        self.device = "cpu"
+        if kind == "cuda":
+            # Ray makes the assigned GPU the only visible one, unless the cluster tells it not to
+            ids = _ray_gpu_ids() if os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES") else []
+            self.device = f"cuda:{int(ids[0])}" if ids else "cuda:0"
         self._lock = threading.Lock()
         self._key: str | None = None
         self._ev: Any = None
@@ -187,9 +204,9 @@ class EvalActor:
         import torch
         import triton
 
-        gpu = torch.cuda.get_device_name(0) if self.kind == "cuda" and torch.cuda.is_available() else None
+        gpu = torch.cuda.get_device_name(self.device) if self.kind == "cuda" and torch.cuda.is_available() else None
         return {"host": socket.gethostname(), "pid": os.getpid(), "kernelwright": version(),
-                "torch": torch.__version__, "triton": triton.__version__, "gpu": gpu,
+                "torch": torch.__version__, "triton": triton.__version__, "gpu": gpu, "device": self.device,
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "removed": self.removed,
                 "secret_names": sorted(k for k in os.environ if SECRETISH.search(k))}
 
@@ -206,14 +223,27 @@ class EvalActor:
                 self._key = key
             return self._ev
 
-    def evaluate(self, spec: tuple[str, str, str, str | None, EvalPolicy], source: str, quick: bool) -> dict[str, Any]:
-        return self._evaluator(*spec).evaluate(source, quick=quick).model_dump(mode="json")
+    def evaluate(self, spec: Spec, source: str, quick: bool) -> dict[str, Any]:
+        """The verdict, never an exception: a problem or device this node cannot set up is verdict `error`."""
+        from .problem import ProblemError
 
-    def device_facts(self, spec: tuple[str, str, str, str | None, EvalPolicy]) -> str:
+        try:
+            ev = self._evaluator(*spec)
+        except ProblemError as e:
+            result = EvalResult(verdict="error", reason=Reason.BAD_PROBLEM, detail=str(e)[:500], device=self.device)
+        except Exception as e:  # noqa: BLE001 - a node's own trouble (no CUDA, out of memory, a package missing)
+            result = EvalResult(verdict="error", reason=Reason.EVALUATOR_ERROR, device=self.device,
+                                detail=f"the Ray node {socket.gethostname()} could not set up the evaluation: "
+                                       f"{type(e).__name__}: {str(e).strip()[:300]}")
+        else:
+            result = ev.evaluate(source, quick=quick)
+        result.versions.update(ray_host=socket.gethostname(), ray_actor_pid=str(os.getpid()))
+        return result.model_dump(mode="json")
+
+    def device_facts(self, spec: Spec) -> str:
         return self._evaluator(*spec).device_facts().model_dump_json()
 
-    def profile(self, spec: tuple[str, str, str, str | None, EvalPolicy], source: str, ncu: bool,
-                result: dict[str, Any] | None) -> str:
+    def profile(self, spec: Spec, source: str, ncu: bool, result: dict[str, Any] | None) -> str:
         res = EvalResult.model_validate(result) if result is not None else None
         return self._evaluator(*spec).profile(source, ncu=ncu, result=res).model_dump_json()
 
@@ -224,7 +254,35 @@ class EvalActor:
             self._ev, self._key = None, None
 
 
+def _ray_gpu_ids() -> list[Any]:
+    import ray
+
+    return list(ray.get_gpu_ids())
+
+
 # -- the driver's side ------------------------------------------------------------------------------------
+
+
+_remote_class: Any = None
+
+
+def _remote() -> Any:
+    """EvalActor as a Ray actor class (made once per process)."""
+    global _remote_class
+    if _remote_class is None:
+        import ray
+
+        _remote_class = ray.remote(EvalActor)
+    return _remote_class
+
+
+def _kill(actor: Any) -> None:
+    import ray
+
+    try:
+        ray.kill(actor)
+    except Exception:  # noqa: BLE001 - already gone (or its node is) is as good as killed
+        pass
 
 
 class Slot:
@@ -244,28 +302,35 @@ class Slot:
         self.hello: dict[str, Any] = {}
         self.lost: list[str] = []
         """one line per actor this slot lost, oldest first"""
+        self._fatal: ClusterError | None = None
         self._closed = False
 
     def _start(self) -> Any:
         import ray
 
-        cls = ray.remote(EvalActor)
-        actor = cls.options(num_gpus=1 if self.kind == "cuda" else 0, num_cpus=1, max_restarts=0,
-                            max_concurrency=16).remote(self.kind)
+        if self._fatal is not None:
+            raise self._fatal  # the same answer at once, not after another actor's start-up
+        connect(self.cluster.address)
+        actor = _remote().options(num_gpus=1 if self.kind == "cuda" else 0, num_cpus=1, max_restarts=0,
+                                  max_concurrency=MAX_CONCURRENCY).remote(self.kind)
+        what = "GPU" if self.kind == "cuda" else "CPU"
         try:
             hello = ray.get(actor.hello.remote(), timeout=self.placement_timeout_s)
         except ray.exceptions.GetTimeoutError:
-            ray.kill(actor)
-            what = "GPU" if self.kind == "cuda" else "CPU"
+            _kill(actor)
             raise SlotLost(f"no {what} of the Ray cluster at {self.cluster.address} took a new evaluation actor "
-                           f"within {self.placement_timeout_s:.0f} s (all in use, or the node is gone)") from None
-        except ray.exceptions.RayError as e:
-            ray.kill(actor)
+                           f"within {self.placement_timeout_s:g} s (all in use, or the node is gone)") from None
+        except Exception as e:  # noqa: BLE001 - any failure to start is a lost actor
+            _kill(actor)
             raise SlotLost(f"a new evaluation actor failed to start: {_first_line(e)}") from None
         if hello["kernelwright"] != version():
-            ray.kill(actor)
-            raise ClusterError(f"the Ray node {hello['host']} has kernelwright {hello['kernelwright']}, this "
-                               f"driver {version()}: install the same version on every node")
+            _kill(actor)
+            self._fatal = ClusterError(f"the Ray node {hello['host']} has kernelwright {hello['kernelwright']} and "
+                                       f"this driver {version()}; install the same version on every node")
+            raise self._fatal
+        if self.kind == "cuda" and not hello["gpu"]:
+            _kill(actor)
+            raise SlotLost(f"the Ray node {hello['host']} gave an evaluation actor a GPU that torch cannot use")
         if hello["removed"]:
             log.warning("the Ray node %s gave its actors secret-looking variables (%s); the actor removed them, "
                         "but start the cluster without them", hello["host"], ", ".join(hello["removed"]))
@@ -275,50 +340,44 @@ class Slot:
     def actor(self) -> tuple[Any, int]:
         with self._lock:
             if self._closed:
-                raise RuntimeError("this evaluation slot is closed")
+                raise SlotLost("the evaluation slot was closed")
             if self._actor is None:
                 self._actor = self._start()
                 self._generation += 1
             return self._actor, self._generation
 
-    def _drop(self, generation: int, why: str, kill: bool) -> None:
-        """Forget the actor of `generation` (once, however many calls saw it go)."""
-        import ray
-
+    def _drop(self, generation: int, why: str) -> None:
+        """Forget and kill the actor of `generation` (once, however many calls saw it go). An unreachable actor
+        may come back and would keep its GPU: it is killed all the same."""
         with self._lock:
             if self._actor is None or generation != self._generation:
                 return
             actor, self._actor = self._actor, None
             self.lost.append(why)
-        if kill:
-            try:
-                ray.kill(actor)
-            except Exception:  # noqa: BLE001 - already gone is as good as killed
-                pass
+        _kill(actor)
 
     def call(self, method: str, *args: Any) -> Any:
         """`actor.method(*args)` on this slot's actor, replacing a lost actor and trying again; SlotLost once
         `retries` fresh actors were lost too. An exception raised by the method itself is raised here."""
         import ray
 
-        why: list[str] = []
-        for _ in range(self.retries + 1):
+        line = ""
+        for attempt in range(self.retries + 1):
             actor, generation = self.actor()
+            where = f"the actor on {self.hello.get('host')} (pid {self.hello.get('pid')})"
             try:
                 return ray.get(getattr(actor, method).remote(*args), timeout=self.call_timeout_s)
             except ray.exceptions.GetTimeoutError:
-                line = f"no answer within {self.call_timeout_s:g} s from the actor on {self.hello.get('host')}"
-                self._drop(generation, line, kill=True)
+                line = f"{where} gave no answer within {self.call_timeout_s:g} s"
             except ray.exceptions.RayTaskError as e:
-                cause = e.cause if isinstance(e.cause, BaseException) else None
+                cause = e.cause if isinstance(e.cause, Exception) else None
                 raise (cause or RuntimeError(_first_line(e))) from None
-            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError,
-                    ray.exceptions.WorkerCrashedError, ray.exceptions.OwnerDiedError) as e:
-                line = f"the actor on {self.hello.get('host')} (pid {self.hello.get('pid')}) was lost: {_first_line(e)}"
-                self._drop(generation, line, kill=False)
-            why.append(line)
-            log.warning("evaluation slot %s: %s; trying a fresh actor", self.name, line)
-        raise SlotLost(f"{len(why)} evaluation actor(s) lost in a row: " + "; ".join(why))
+            except (ray.exceptions.RayError, ConnectionError) as e:  # died, node lost, unreachable, out of memory
+                line = f"{where} was lost ({_first_line(e)})"
+            self._drop(generation, line)
+            log.warning("evaluation slot %s: %s; %s", self.name, line,
+                        "trying a fresh actor" if attempt < self.retries else "giving up on this call")
+        raise SlotLost(f"{self.retries + 1} evaluation actors in a row were lost; the last: {line}")
 
     def evaluator(self, problem: Problem, policy: EvalPolicy, own_slot: bool = False) -> RemoteEvaluator:
         """An `Evaluator`-shaped view of this slot for `problem`; with `own_slot`, closing it closes the slot."""
@@ -335,7 +394,7 @@ class Slot:
                 ray.get(actor.close.remote(), timeout=60)
             except Exception:  # noqa: BLE001 - it is killed next either way
                 pass
-            ray.kill(actor)
+            _kill(actor)
 
 
 def version() -> str:
@@ -361,25 +420,23 @@ class RemoteEvaluator:
         self.slot, self.problem = slot, problem
         self.device = slot.kind
         key = hashlib.sha256(f"{problem.path}\0{problem.source}\0{problem.precision}\0{policy!r}".encode()).hexdigest()
-        self._spec = (key, problem.source, problem.path, problem.precision.value, replace(policy))
+        self._spec: Spec = (key, problem.source, problem.path, problem.precision.value, replace(policy))
         self._own_slot = own_slot
 
-    @property
-    def where(self) -> dict[str, str]:
-        h = self.slot.hello
-        return {"ray_host": str(h.get("host")), "ray_actor_pid": str(h.get("pid")), "ray_slot": self.slot.name}
-
     def evaluate(self, source: str, *, quick: bool = False) -> EvalResult:
-        """The verdict, from whichever actor the slot holds; verdict `error` when every actor tried was lost."""
+        """The verdict, from whichever actor the slot holds; never raises: verdict `error` when no actor could
+        judge (every one tried was lost, the cluster is gone, a node cannot set up the evaluation)."""
         t0 = time.monotonic()
         try:
             data = self.slot.call("evaluate", self._spec, source, quick)
-        except (SlotLost, ClusterError) as e:
+        except Exception as e:  # noqa: BLE001 - the judge could not judge; the run goes on and judges it later
+            detail = str(e) if isinstance(e, (SlotLost, ClusterError)) else _first_line(e)
             return EvalResult(verdict="error", reason=Reason.EVALUATOR_ERROR, device=self.slot.kind,
-                              detail=f"the Ray cluster could not judge this candidate: {e}",
-                              phases={"total": round(time.monotonic() - t0, 3)})
+                              precision=self.problem.precision.value,
+                              detail=f"the Ray cluster could not judge this candidate: {detail}",
+                              phases={"total_s": round(time.monotonic() - t0, 3)})
         result = EvalResult.model_validate(data)
-        result.versions.update(self.where)
+        result.versions["ray_slot"] = self.slot.name
         return result
 
     def device_facts(self) -> DeviceFacts:

@@ -256,7 +256,7 @@ class Evaluator:
             t0 = time.monotonic()
             trials = 0
             worst = 0.0
-            with self._ref_lock:
+            with shared_use(dev), self._ref_lock:
                 battery = ref.new_battery()
                 for family, index in ref.schedule(self.policy.trials, self.policy.families):
                     trial = ref.trial(family, index, battery)
@@ -273,7 +273,7 @@ class Evaluator:
                        limits=self._limits(self.policy.timing_reps + self.policy.warmup))
             if dev.type == "cuda" and self.policy.timing and plan.timing_sets > 0:
                 t0 = time.monotonic()
-                with self._ref_lock:
+                with shared_use(dev), self._ref_lock:
                     if self._baselines is None:
                         self._baselines = BaselineTimer(ref, self.policy.compile_mode)
                     inputs = ref.timing_inputs(plan.timing_sets)
@@ -634,7 +634,7 @@ class Evaluator:
         result = result or self.evaluate(source)
 
         def draw_inputs() -> list[Any]:
-            with self._ref_lock:
+            with shared_use(self.device), self._ref_lock:
                 return self.reference.timing_inputs(1)[0]
 
         return profile_candidate(result, device=self.device, pool=self.pool, worker_limits=self.policy.limits,
@@ -730,6 +730,9 @@ class Evaluator:
                 model, meta_inputs = meta_problem(self.problem, self.precision.cast_dtype)
                 work = count_work(model, meta_inputs)
             except Exception:  # noqa: BLE001 - an op the meta device cannot run: count on the real thing
+                work = None
+        if work is None:
+            with shared_use(self.device), self._ref_lock:
                 work = count_work(copy.deepcopy(self.reference.native), inputs)
         with measurement_lock(self.device):
             peaks = device_peaks(self.device)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import socket
 import time
@@ -21,6 +22,8 @@ import torch
 
 from .roofline import cache_dir
 
+log = logging.getLogger(__name__)
+
 
 def gpu_key(device: torch.device) -> str:
     """A name for the physical GPU behind `device`: its UUID, so that processes that see it under different
@@ -30,9 +33,16 @@ def gpu_key(device: torch.device) -> str:
     if device.type == "cuda":
         try:
             return f"cuda-{torch.cuda.get_device_properties(index).uuid}"
-        except (RuntimeError, AttributeError, AssertionError):
-            pass  # no UUID to be had: fall back on the index, which is right when every process sees all GPUs
+        except (RuntimeError, AttributeError, AssertionError) as e:
+            # no UUID to be had: the index is right only when every process sees the same GPUs
+            if index not in _WARNED:
+                _WARNED.add(index)
+                log.warning("GPU %d has no readable UUID (%s); its lock is named by index, which processes with "
+                            "different CUDA_VISIBLE_DEVICES do not share", index, e)
     return f"{device.type}{index}"
+
+
+_WARNED: set[int] = set()
 
 
 def lock_paths(device: torch.device) -> tuple[str, str]:
@@ -69,8 +79,8 @@ def _flock(path: str, mode: int, timeout: float | None = None) -> Iterator[None]
 
 
 LOG_ENV = "KERNELWRIGHT_LOCK_LOG"
-"""a file to which every measurement appends one JSON line (GPU, host, pid, wall-clock start and end) once it
-has let go of the GPU: an audit of who measured what when, e.g. to show that no two measurements on one GPU
+"""a file to which every measurement appends one JSON line (GPU, host, pid, wall-clock start and end) as it
+ends, before it lets go of the GPU: an audit of who measured what when, e.g. to show that no two measurements on one GPU
 ever overlapped across processes, actors or hosts (`bench/lock_audit.py`)"""
 
 

@@ -32,7 +32,7 @@ NAMED_IMPORT_RULES = {
     "multiprocessing": "multiprocessing", "torch.multiprocessing": "multiprocessing",
     "subprocess": "subprocess", "ctypes": "ctypes", "cffi": "ctypes", "gc": "gc", "inspect": "inspect",
     "importlib": "importlib", "runpy": "importlib", "socket": "socket", "ssl": "socket", "http": "socket",
-    "urllib": "socket", "requests": "socket", "os": "os", "sys": "sys", "posix": "os", "signal": "os",
+    "urllib": "socket", "requests": "socket", "ray": "socket", "grpc": "socket", "os": "os", "sys": "sys", "posix": "os", "signal": "os",
     "builtins": "builtins", "pickle": "serialization", "marshal": "serialization", "shutil": "filesystem",
     "pathlib": "filesystem", "io": "filesystem", "tempfile": "filesystem", "time": "time",
     "numpy": "host_compute", "cupy": "foreign_kernel", "jax": "foreign_kernel", "numba": "foreign_kernel",

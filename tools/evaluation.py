@@ -12,7 +12,7 @@ import threading
 import time
 
 from kernelwright.evaluators import DeviceFacts, EvalPolicy, EvalResult, Evaluator, problem_from_source
-from kernelwright.evaluators.cluster import RemoteEvaluator, connect
+from kernelwright.evaluators.cluster import Cluster, RemoteEvaluator, Slot
 from kernelwright.evaluators.facts import cpu_facts
 from kernelwright.evaluators.profiling import NcuReport, Profile, ncu_unavailable_reason
 
@@ -45,7 +45,8 @@ class Evaluations:
                 problem = problem_from_source(self.run.problem_source(), self.run.info().problem, self.precision)
                 policy = EvalPolicy(trials=self.trials, spares=self.spares)
                 if device.startswith("ray:"):
-                    slot = connect(self.cluster).slot(self.kind, name=f"{self.run.id}/{device}")
+                    # connected on the actor's first start (inside the evaluation, whose verdict says if it fails)
+                    slot = Slot(Cluster(self.cluster), self.kind, name=f"{self.run.id}/{device}")
                     ev = slot.evaluator(problem, policy, own_slot=True)
                 else:
                     ev = Evaluator(problem, device, policy)
@@ -94,7 +95,9 @@ class Evaluations:
         directory (`profiles/<h>.json`), where `evidence` finds it; `ncu` only when Nsight Compute exists.
         A profile that fails says why in its fields; it never raises for the candidate's sake."""
         t0 = time.monotonic()
-        why = ncu_unavailable_reason() if ncu else "not requested for this run (--profile torch)"
+        # on a cluster, whether Nsight Compute can run is the node's to say (its profile says why not)
+        why = None if ncu and device.startswith("ray:") else \
+            ncu_unavailable_reason() if ncu else "not requested for this run (--profile torch)"
         prof = self.profile(h, device, ncu=ncu and why is None)
         if why and not prof.ncu.available:
             prof.ncu = NcuReport(available=False, why=why)

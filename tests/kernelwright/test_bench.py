@@ -163,3 +163,38 @@ def test_a_device_list_keeps_every_device_busy_and_never_two_problems_on_one(
         mine = sorted((a, b) for d, a, b in spans if d == dev)
         assert all(b1 <= a2 for (_, b1), (a2, _) in zip(mine, mine[1:]))
     assert wall < 5 * 0.3  # in parallel: 3 rounds of 0.3 s, not 5
+
+
+@pytest.mark.timeout(300)
+def test_optimize_with_a_model_and_no_seed_kernels_starts_from_scratch(tmp_path: Path) -> None:
+    """`--optimize` with a model and no `--seed-kernels`: the coder's model writes the first kernel of each
+    problem's run, and the loop goes on from it (a scripted model, on the CPU)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "agents"))
+    from scripted import DIAGNOSIS, PROPOSAL, Scripted, call
+
+    from kernelwright.api import RunConfig
+    from kernelwright.bench import run_bench
+
+    graphs = ROOT / "tests" / "graphs"
+    seed = (graphs / "add_seed.py").read_text()
+    (tmp_path / "suite" / "level1").mkdir(parents=True)
+    shutil.copy(graphs / "add_problem.py", tmp_path / "suite" / "level1" / "1_Add.py")
+    model = Scripted(script=[
+        call("write_kernel", {"source": seed}, 0),
+        call("finish", {}, 1),
+        call("Diagnosis", DIAGNOSIS, 2),
+        call("Proposal", PROPOSAL | {"what": "NUM_WARPS 4 -> 8", "key": "NUM_WARPS=8", "category": "warps"}, 3),
+        call("search_replace", {"old": "NUM_WARPS = 4", "new": "NUM_WARPS = 8"}, 4),
+        call("finish", {}, 5),
+    ])
+    config = RunConfig(model="scripted:writer", iterations=1, branches=1, trials=1)
+    rows = list(run_bench(tmp_path / "suite", tmp_path / "out", optimize_config=config, device="cpu",
+                          models={"scripted:writer": model}))
+    assert [(r.problem, r.verdict) for r in rows] == [("level1/1_Add.py", "pass")] and not model.script
+    run_dir = tmp_path / "out" / "runs" / str(rows[0].run)
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["config"]["seed_kernel"] and info["config"]["seed_path"] is None  # written by the model
+    (step,) = [json.loads(x) for x in (run_dir / "trace.jsonl").read_text().splitlines()]
+    assert step["verdict"] == "pass" and "+NUM_WARPS = 8" in step["coder"]["diff"]

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,49 +36,90 @@ CPUS = 4
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+CLIENT_PORT: list[int] = []
+
+
+HEAD: list[int] = []
+"""the pid of this module's `ray start --block`, whose process tree is the cluster"""
+
+
+def _descendants(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += kids.get(pid, [])
+    return out
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """A one-node Ray cluster started the way an operator would (`ray start --head`), carelessly: its
-    environment holds a key, which its actors must drop."""
-    port = _free_port()
+    environment holds a key, which its actors must drop. Yields its GCS address; Ray Client listens on
+    CLIENT_PORT[0]. Only this cluster's own processes are ever stopped (never `ray stop`, which stops every
+    cluster of the machine)."""
+    port, client = _free_port(), _free_port()
+    CLIENT_PORT[:] = [client]
     temp = tempfile.mkdtemp(prefix="kwray")  # short: Ray's socket paths must fit in 107 characters
     ray_bin = str(Path(sys.executable).parent / "ray")
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", temp), "RAY_USAGE_STATS_ENABLED": "0",
+    # its own HOME: a token in ~/.ray would turn Ray's token authentication on, which the driver would lack
+    env = {"PATH": os.environ["PATH"], "HOME": temp, "RAY_USAGE_STATS_ENABLED": "0",
            "PLANTED_API_KEY": PLANTED, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    start = subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                            f"--num-cpus={CPUS}", "--num-gpus=0", "--include-dashboard=false",
-                            "--disable-usage-stats", f"--temp-dir={temp}"],
-                           env=env, capture_output=True, text=True, timeout=180)
-    assert start.returncode == 0, start.stdout + start.stderr
-    address = f"127.0.0.1:{port}"
+    head = subprocess.Popen([ray_bin, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+                             f"--num-cpus={CPUS}", "--num-gpus=0", "--include-dashboard=false",
+                             f"--ray-client-server-port={client}", "--disable-usage-stats", f"--temp-dir={temp}"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    HEAD[:] = [head.pid]
     try:
-        yield address
+        deadline = time.monotonic() + 180
+        while True:  # up once its GCS and its Ray Client server answer
+            try:
+                for p in (port, client):
+                    socket.create_connection(("127.0.0.1", p), timeout=1).close()
+                break
+            except OSError:
+                assert head.poll() is None and time.monotonic() < deadline, "the Ray cluster did not start"
+                time.sleep(0.3)
+        yield f"127.0.0.1:{port}"
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        procs = _descendants(head.pid)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in procs:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+            time.sleep(2)
+        head.wait(timeout=30)
         shutil.rmtree(temp, ignore_errors=True)
 
 
 def _actor_pids(method: str = "") -> list[int]:
-    """Processes that are evaluation actors (Ray titles them `ray::EvalActor.<method>` while a method runs)."""
+    """This cluster's evaluation actors (Ray titles them `ray::EvalActor.<method>` while a method runs)."""
     want = f"ray::EvalActor{'.' + method if method else ''}".encode()
     pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if cmd.startswith(want):
-                pids.append(int(d.name))
+    for pid in _descendants(HEAD[0]):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmd.startswith(want):
+            pids.append(pid)
     return pids
 
 
@@ -212,7 +254,7 @@ def test_bench_over_two_actors_gives_the_local_figures_with_an_actor_killed(clus
     summary = json.loads((out / "summary.json").read_text())
     assert summary["fast_p"]["eager"]["0"] == 2 / 5 and summary["correct"] == 2
     actors = {row["actor"] for row in rows.values() if row.get("actor")}
-    assert len(actors) >= 2, actors  # the problems were spread over the actors
+    assert len(actors - {f"{socket.gethostname()}:{killer.killed}"}) >= 2, actors  # spread over both slots
     assert _gone()
 
 
@@ -244,3 +286,19 @@ def test_an_actor_that_does_not_answer_is_given_up_on_not_waited_for(cluster: st
     assert result.verdict == "error" and result.reason == "evaluator_error"
     assert "no answer within 0.5 s" in result.detail, result.detail
     assert len(slot.lost) == 2 and time.monotonic() - t0 < 120
+
+
+@pytest.mark.timeout(600)
+def test_bench_through_ray_client_from_another_process(cluster: str, tmp_path: Path) -> None:
+    """`ray://HOST:PORT`, as from a laptop to a remote cluster: a fresh process with nothing of Ray set up."""
+    s, k = _suite(tmp_path)
+    out = tmp_path / "out"
+    r = subprocess.run([str(Path(sys.executable).parent / "kernelwright"), "bench", str(s), "--kernels", str(k),
+                        "--problems", "1_*,2_*", "--cluster", f"ray://127.0.0.1:{CLIENT_PORT[0]}", "--device", "cpu",
+                        "--actors", "1", "--trials", "1", "--out", str(out)],
+                       capture_output=True, text=True, timeout=500)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {json.loads(x)["problem"]: json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()}
+    assert {p: row["verdict"] for p, row in rows.items()} == {"level1/1_ReLU.py": "pass", "level1/2_ReLU_signs.py": "fail"}
+    assert all(row["actor"] for row in rows.values())
+    assert "Traceback" not in r.stdout + r.stderr
