@@ -80,6 +80,18 @@ def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, rep
     """
     if device.type != "cuda":
         raise ValueError("timing needs a CUDA device")
+    # `spin` (torch.cuda._sleep) launches on the calling thread's current device, whatever `device` says: on
+    # a host with several GPUs, a thread timing cuda:1 while cuda:0 is current would spin on cuda:0 (stalling
+    # whatever is measured there) and leave cuda:1's calls unshielded from launch overhead.
+    with torch.cuda.device(device):
+        return _measure(run, n_sets, device, reps=reps, warmup=warmup, flush=flush, keep=keep, sync=sync,
+                        clock=clock, hide_host_ns=hide_host_ns, record=record, elapsed=elapsed, spin=spin)
+
+
+def _measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, reps: int, warmup: int,
+             flush: torch.Tensor | None, keep: Callable[[int, Any], None] | None, sync: Callable[[], None] | None,
+             clock: Callable[[], float], hide_host_ns: int, record: Callable[..., Any] | None,
+             elapsed: Callable[..., float] | None, spin: Callable[[int], Any] | None) -> Samples:
     record = record or torch.cuda.Event.record
     elapsed = elapsed or torch.cuda.Event.elapsed_time
     spin = spin or torch.cuda._sleep
@@ -129,6 +141,7 @@ def _cycles_per_ns(device: torch.device, record: Callable[..., Any], elapsed: Ca
     idx = device.index or 0
     if idx not in _CLOCK_GHZ:
         rates = []
+        # (called inside `measure`, which made `device` current: the spins below run where the events are)
         spin(20_000_000)  # let the clock ramp up from idle first
         stream = torch.cuda.current_stream(device)
         for _ in range(3):

@@ -172,6 +172,30 @@ def test_measure_refuses_a_cpu_device() -> None:
     assert calls == [], "nothing may run before the device is checked"
 
 
+def test_measure_runs_with_its_device_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host-hiding spin launches on the thread's current device: timing cuda:1 from a thread where cuda:0
+    is current must first make cuda:1 current (else cuda:0 spins and cuda:1's calls go unshielded)."""
+    from contextlib import contextmanager
+
+    from kernelwright.evaluators import timing
+
+    current: list[str] = ["cuda:0"]
+
+    @contextmanager
+    def device(d: torch.device):  # type: ignore[no-untyped-def]
+        before, current[0] = current[0], str(d)
+        try:
+            yield
+        finally:
+            current[0] = before
+
+    seen: list[str] = []
+    monkeypatch.setattr(torch.cuda, "device", device)
+    monkeypatch.setattr(timing, "_measure", lambda *a, **k: seen.append(current[0]) or Samples())
+    measure(lambda i: None, 1, torch.device("cuda", 1))
+    assert seen == ["cuda:1"] and current == ["cuda:0"]
+
+
 # -- roofline: work counted -------------------------------------------------------------------------
 
 

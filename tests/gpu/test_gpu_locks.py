@@ -51,3 +51,17 @@ def test_many_evaluations_at_once_on_one_gpu_all_finish() -> None:
             t.join(timeout=600)
         assert not any(t.is_alive() for t in threads), "an evaluation never finished"
     assert [r.verdict for r in results] == ["pass"] * 6 and all(r.timing is not None for r in results)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_timing_the_second_gpu_spins_there_while_the_first_is_current() -> None:
+    """The fixed spin before each timed call lands on the GPU being timed, not on the thread's current one:
+    its ~1 ms shows in the pre-call events of cuda:1, and cuda:0 stays idle."""
+    from kernelwright.evaluators.timing import measure
+
+    torch.cuda.set_device(0)
+    x = torch.randn(1 << 20, device="cuda:1")
+    samples = measure(lambda _i: x.mul(2.0), 1, torch.device("cuda", 1), reps=20)
+    pre = sorted(samples.pre_ms)[len(samples.pre_ms) // 2]
+    assert pre > 0.9, f"the spin did not run on cuda:1 (pre-call events {pre:.3f} ms)"
+    assert torch.cuda.current_device() == 0
