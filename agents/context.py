@@ -141,23 +141,35 @@ def check_cluster(config: RunConfig) -> None:
     config.device, config.actors = kind, actors
 
 
+def settle_devices(config: RunConfig) -> None:
+    """Where the config's run evaluates, resolved and written back into `config`: the Ray cluster's actors
+    (`check_cluster`), or the local devices (`cuda:0,cuda:1`, `cuda`, `cpu`; by default cuda when present).
+    RunSetupError, one sentence, for an unusable one."""
+    from kernelwright.evaluators import DeviceError, resolve_device
+
+    if config.cluster:
+        check_cluster(config)
+        return
+    try:
+        devs = [resolve_device(d.strip()) for d in config.device.split(",")] if config.device else [resolve_device(None)]
+    except DeviceError as e:
+        raise RunSetupError(str(e)) from None
+    if len({d.type for d in devs}) > 1:
+        raise RunSetupError(f"--device {config.device}: list GPUs only (cuda:0,cuda:1) or cpu, not a mix")
+    config.device = ",".join(dict.fromkeys(str(d) for d in devs))
+
+
 def create_run(problem: str | Path, seed_src: str | None, config: RunConfig, runs_dir: str | Path = "runs",
                seed_path: str | None = None) -> Run:
     """A new run directory for `problem` (checked by loading it) on the config's devices (resolved and
     written back into `config`), with the seed kernel stored and the config saved in run.json."""
-    from kernelwright.evaluators import DeviceError, ProblemError, load_problem, resolve_device
+    from kernelwright.evaluators import ProblemError, load_problem
     from kernelwright.tools.runstore import RunStore
 
     try:
         prob = load_problem(Path(problem), config.precision)
-        if config.cluster:
-            check_cluster(config)
-        else:
-            devs = [resolve_device(d.strip()) for d in config.device.split(",")] if config.device else [resolve_device(None)]
-            if len({d.type for d in devs}) > 1:
-                raise RunSetupError(f"--device {config.device}: list GPUs only (cuda:0,cuda:1) or cpu, not a mix")
-            config.device = ",".join(dict.fromkeys(str(d) for d in devs))
-    except (ProblemError, DeviceError) as e:
+        settle_devices(config)
+    except ProblemError as e:
         raise RunSetupError(str(e)) from None
     run = RunStore(runs_dir).create(str(problem), prob.source, {})
     h = run.put_kernel(seed_src) if seed_src is not None else None

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 
 from kernelwright.agents.archive import Archive
-from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, check_cluster, create_run
+from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run, settle_devices
 from kernelwright.agents.llm import ROLES, ProviderError, valid_spec
 from kernelwright.agents.records import StepRecord
 from kernelwright.agents.roles import STOPPED_ON_REQUEST
@@ -45,6 +45,9 @@ POLL_S = 0.2
 
 __all__ = ["Archive", "BestKernel", "RunConfig", "RunHandle", "RunInfo", "RunView", "StepRecord", "UsageError",
            "evaluate", "open_run", "resume_run", "start_run"]
+
+
+ACTORS_NEED_CLUSTER = "--actors goes with --cluster (the number of evaluation actors in the Ray cluster)"
 
 
 class UsageError(Exception):
@@ -334,20 +337,38 @@ def start_run(problem: str | Path, *, seed_kernel: str | Path | None = None, con
     return RunHandle(run, config, models, fresh=True)
 
 
-def resume_run(run_id: str, *, runs_dir: str | Path = "runs",
-               models: dict[str, BaseChatModel] | None = None) -> RunHandle:
-    """The handle of an existing run, to continue it from its last checkpoint with its saved config."""
+def resume_run(run_id: str, *, runs_dir: str | Path = "runs", models: dict[str, BaseChatModel] | None = None,
+               device: str | None = None, cluster: str | None = None, actors: int | None = None) -> RunHandle:
+    """The handle of an existing run, to continue it from its last checkpoint with its saved config.
+
+    The run may move: `cluster` (with `actors`, and `device` for the actors' kind) evaluates on that Ray
+    cluster from now on; `device` alone evaluates here, on those devices, and leaves any saved cluster. The
+    new place is saved in run.json. Nothing given: where the run was."""
     try:
         run = RunStore(runs_dir).open(run_id)
-        config = RunConfig.from_dict(run.info().config.context)
+        saved = run.info().config
+        config = RunConfig.from_dict(saved.context)
     except (RunError, ValueError) as e:  # ValueError: a run.json this version cannot read
         raise UsageError(str(e).splitlines()[0]) from None
     check_config(config, models)
-    if config.cluster:
+    moved = device is not None or cluster is not None or actors is not None
+    if actors is not None and not cluster and (device is not None or not config.cluster):  # actors, but here
+        raise UsageError(ACTORS_NEED_CLUSTER)
+    if cluster:
+        config.cluster, config.actors, config.device = cluster, actors or 0, device or ""
+    elif device is not None:
+        config.cluster, config.actors, config.device = "", 0, device
+    elif actors is not None:
+        config.actors = actors
+    if moved or config.cluster:
         try:
-            check_cluster(config)
+            settle_devices(config)
         except RunSetupError as e:
-            raise UsageError(f"run {run_id}: {e}") from None
+            hint = "" if moved else "; resume it elsewhere with --cluster ADDRESS, or here with --device"
+            where = "" if moved else f" (it evaluated on the Ray cluster {config.cluster})"
+            raise UsageError(f"run {run_id}{where}: {e}{hint}") from None
+    if moved:
+        run.update(config={**saved.model_dump(), "context": config.as_dict()})
     return RunHandle(run, config, models, fresh=False)
 
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelwright.api import RunConfig, UsageError, evaluate, start_run
+from kernelwright.api import ACTORS_NEED_CLUSTER, RunConfig, UsageError, evaluate, start_run
 from kernelwright.evaluators import DeviceError, EvalResult, resolve_device
 from kernelwright.evaluators.result import bound
 from kernelwright.tools.runstore import atomic_write
@@ -274,7 +274,7 @@ def run_bench(suite: Path, out: Path, *, kernels: Path | None = None, optimize_c
         devices = [f"ray:{k}" for k in range(n_actors)]
     else:
         if actors is not None:
-            raise UsageError("--actors goes with --cluster (the number of evaluation actors in the Ray cluster)")
+            raise UsageError(ACTORS_NEED_CLUSTER)
         devices = check_devices(device)
     results = out / "results.jsonl"
     if results.exists() and not resume:

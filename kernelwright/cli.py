@@ -216,7 +216,8 @@ BranchesOpt = Annotated[int, typer.Option(min=1, max=64, help="parents per gener
 ClusterOpt = Annotated[Optional[str], typer.Option(help="evaluate on a running Ray cluster: ray (this machine's), ray://HOST:PORT "
                                                         "or HOST:PORT; --device then says cuda (one GPU per actor) or cpu")]
 ActorsOpt = Annotated[Optional[int], typer.Option(min=1, help="with --cluster: evaluation actors (default: one per GPU of the cluster)")]
-DeviceOpt = Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N (default: cuda when a GPU is present)")]
+DeviceOpt = Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N or cuda:0,cuda:1 (default: cuda when a GPU is "
+                                                      "present); with --resume, move the run here")]
 PrecisionFlag = Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract")]
 TrialsOpt = Annotated[int, typer.Option(min=1, max=100, help="verifier trials per input family")]
 RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="folder of run directories")]

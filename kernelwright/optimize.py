@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from kernelwright import api
-from kernelwright.api import UsageError
+from kernelwright.api import ACTORS_NEED_CLUSTER, UsageError
 
 __all__ = ["Summary", "UsageError", "parse_duration", "parse_prices", "parse_role_models", "run_optimize"]
 
@@ -83,7 +83,7 @@ def build_config(*, model: str, base_url: str | None, role_models: list[str], it
                  review: str, cluster: str | None = None, actors: int | None = None) -> api.RunConfig:
     """optimize's (and chat's) flags as a RunConfig; UsageError, one sentence, for a bad one."""
     if actors is not None and not cluster:
-        raise UsageError("--actors goes with --cluster (the number of evaluation actors in the Ray cluster)")
+        raise UsageError(ACTORS_NEED_CLUSTER)
     return api.RunConfig(device=device or "", cluster=cluster or "", actors=actors or 0,
                          precision=precision, branches=branches, iterations=iterations,
                          time_budget_s=parse_duration(time_budget) if time_budget else None, trials=trials,
@@ -102,7 +102,7 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
     """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
     view, and the first Ctrl-C asks it to stop after the generation in flight."""
     if resume:
-        handle = api.resume_run(resume, runs_dir=run_dir, models=models)
+        handle = api.resume_run(resume, runs_dir=run_dir, models=models, device=device, cluster=cluster, actors=actors)
     else:
         if problem is None:
             raise UsageError("give a problem file (or --resume RUN_ID)")

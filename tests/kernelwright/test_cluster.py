@@ -216,6 +216,54 @@ def test_optimize_over_two_actors_loses_no_step_when_one_is_killed(cluster: str,
     assert _gone()  # the run's actors are gone with it
 
 
+@pytest.mark.timeout(600)
+def test_a_stopped_run_resumes_elsewhere_when_its_cluster_is_gone(cluster: str, tmp_path: Path) -> None:
+    """An overnight run whose cluster went away: resuming it as it was says so in one sentence and changes
+    nothing; `--device cpu` finishes it here, `--cluster` on another cluster; run.json says where it went."""
+    from kernelwright import api
+
+    runs = tmp_path / "runs"
+    config = api.RunConfig(device="cpu", cluster=cluster, actors=1, branches=1, iterations=3, trials=1)
+    with api.start_run(HONEST / "relu_problem.py", seed_kernel=HONEST / "relu_candidate.py", config=config,
+                       runs_dir=runs) as handle:
+        for _ in handle.steps():
+            handle.request_stop()
+        run_id = handle.id
+    (run_dir,) = list(runs.iterdir())
+    steps_before = (run_dir / "trace.jsonl").read_text().splitlines()
+    assert 1 <= len(steps_before) < 3
+    info = json.loads((run_dir / "run.json").read_text())
+    dead = f"127.0.0.1:{_free_port()}"
+    info["config"]["context"]["cluster"] = dead  # the cluster it ran on is gone
+    (run_dir / "run.json").write_text(json.dumps(info))
+    saved = (run_dir / "run.json").read_text()
+
+    def resume(*extra: str) -> object:
+        return CliRunner().invoke(app, ["optimize", "--resume", run_id, "--run-dir", str(runs), *extra])
+
+    r = resume()
+    assert r.exit_code == 2 and f"it evaluated on the Ray cluster {dead}" in r.output, r.output
+    assert "resume it elsewhere with --cluster ADDRESS, or here with --device" in r.output
+    r = resume("--actors", "2", "--device", "cpu")
+    assert r.exit_code == 2 and "--actors goes with --cluster" in r.output, r.output
+    assert (run_dir / "run.json").read_text() == saved  # a refused resume changes nothing
+
+    r = resume("--cluster", cluster, "--device", "cpu", "--actors", "1")  # another cluster (here: the live one)
+    assert r.exit_code == 0, r.output
+    context = json.loads((run_dir / "run.json").read_text())["config"]["context"]
+    assert context["cluster"] == cluster and context["device"] == "cpu" and context["actors"] == 1
+    steps = [json.loads(x) for x in (run_dir / "trace.jsonl").read_text().splitlines()]
+    assert len(steps) == 3 and len({s["step_id"] for s in steps}) == 3  # it went on, nothing lost or repeated
+
+    info = json.loads((run_dir / "run.json").read_text())
+    info["config"]["context"]["cluster"] = dead
+    (run_dir / "run.json").write_text(json.dumps(info))
+    r = resume("--device", "cpu")  # and here, with no cluster at all
+    assert r.exit_code == 0, r.output
+    context = json.loads((run_dir / "run.json").read_text())["config"]["context"]
+    assert context["cluster"] == "" and context["device"] == "cpu" and context["actors"] == 0
+
+
 def _suite(tmp_path: Path) -> tuple[Path, Path]:
     s, k = tmp_path / "suite", tmp_path / "kernels"
     layout = {
