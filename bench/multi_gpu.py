@@ -54,6 +54,24 @@ def run(cmd: list[str], env: dict[str, str], log: Path, limit: float) -> tuple[i
     return rc, time.time() - t0
 
 
+def where_time_goes(run_dir: Path | None, judged: list[dict]) -> dict:
+    """Where an optimize run's time went, from files that stay in the run directory (which the device's
+    copy-back cannot reach): the verification's wall per step and each evaluation phase's mean seconds."""
+    if run_dir is None:
+        return {}
+    verify = sorted(s["verify_s"] for s in judged if s.get("verify_s") is not None)
+    phases: dict[str, list[float]] = {}
+    for f in sorted((run_dir / "evals").glob("*.json")):
+        for k, v in (json.loads(f.read_text()).get("phases") or {}).items():
+            if isinstance(v, (int, float)):
+                phases.setdefault(k, []).append(float(v))
+    return {"verify_s": {"n": len(verify), "mean": round(sum(verify) / len(verify), 2) if verify else None,
+                         "max": verify[-1] if verify else None},
+            "phases_mean_s": {k: round(sum(v) / len(v), 3) for k, v in sorted(phases.items())},
+            "evaluations": max((len(v) for v in phases.values()), default=0),
+            "step_times": [s.get("time") for s in judged]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--suite", type=Path, default=Path(".kb"))
@@ -124,6 +142,8 @@ def main() -> int:
                 judged = [s for s in steps if s.get("verdict")]
                 row.update(candidates=len(judged), per_min=round(len(judged) / (wall / 60), 2),
                            passed=sum(s["verdict"] == "pass" for s in judged))
+                row["where"] = where_time_goes(runs[0] if runs else None, judged)
+                (a.out / f"{mode}-where.json").write_text(json.dumps(row["where"], indent=1))
             else:
                 res = out / "results.jsonl"
                 lines = [json.loads(x) for x in res.read_text().splitlines()] if res.exists() else []
