@@ -31,6 +31,7 @@ import queue
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from fnmatch import fnmatch
 from pathlib import Path
@@ -65,6 +66,8 @@ class BenchRow(BaseModel):
     """with --optimize: the run's id (its report, trace and kernels are under OUT/runs)"""
     actor: str | None = None
     """with --cluster: the Ray actor that judged it (host:pid)"""
+    gpu: str | None = None
+    """the GPU model it was judged on (None: the CPU, or not judged)"""
     seed_speedup_vs_eager: float | None = None
     """with --optimize: the seed kernel's speedup over eager, for comparison"""
     verdict: Literal["pass", "fail", "error", "missing"]
@@ -113,6 +116,9 @@ class Summary(BaseModel):
     geomean_speedup: dict[str, float | None]
     """baseline -> geometric mean speedup over the correct, timed, not suspect problems"""
     mean_fraction_of_floor: float | None
+    gpus: dict[str, int] = Field(default_factory=dict)
+    """GPU model -> problems judged on it: speedups are each against the baselines on the same GPU, but a summary
+    over several models mixes hardware"""
     definitions: str = ("fast_p: share of all selected problems whose kernel is correct and more than p times "
                         "faster than the baseline (strict >); missing, failed or errored kernels count as "
                         "incorrect; fast_0 is the share correct. A correct kernel without a believable timing "
@@ -202,6 +208,7 @@ def row_of(name: str, level: int, kernel: str, result: EvalResult, wall_s: float
         detail=bound(result.detail, 500), device=result.device, timing_unavailable=result.timing_unavailable,
         wall_s=round(wall_s, 2), time=stamp, **extra,
         actor=f"{result.versions['ray_host']}:{result.versions['ray_actor_pid']}" if "ray_host" in result.versions else None,
+        gpu=result.versions.get("gpu") or None,
         **({} if t is None else dict(
             median_ms=t.median_ms, eager_ms=t.eager_ms, compile_ms=t.compile_ms, compile_mode=t.compile_mode,
             floor_ms=t.floor_ms, speedup_vs_eager=t.speedup_vs_eager, speedup_vs_compile=t.speedup_vs_compile,
@@ -366,7 +373,8 @@ def summarize(rows: Sequence[BenchRow], n_problems: int) -> Summary:
                    correct=sum(r.correct for r in rows),
                    timed=sum(r.speedup("eager") is not None for r in rows),
                    missing=sum(r.verdict == "missing" for r in rows), fast_p=fast, geomean_speedup=geo,
-                   mean_fraction_of_floor=sum(floors) / len(floors) if floors else None)
+                   mean_fraction_of_floor=sum(floors) / len(floors) if floors else None,
+                   gpus=dict(Counter(r.gpu for r in rows if r.gpu)))
 
 
 BASELINE_NAMES = {"eager": "eager", "compile": "torch.compile"}
@@ -392,7 +400,17 @@ def figures_markdown(s: Summary) -> str:
         out.append(f"| {BASELINE_NAMES[b]} | " + " | ".join(f"{s.fast_p[b][f'{p:g}']:.2f}" for p in P_VALUES)
                    + f" | {_fmt(s.geomean_speedup[b])} |")
     out += ["", f"Mean fraction of the roofline floor (correct, timed): {_fmt(s.mean_fraction_of_floor, '{:.0%}')}"]
+    out += ["", gpus_line(s)] if s.gpus else []
     return "\n".join(out) + "\n"
+
+
+def gpus_line(s: Summary) -> str:
+    """What the problems were judged on; a warning when it was more than one GPU model."""
+    listed = ", ".join(f"{g} ({n})" for g, n in sorted(s.gpus.items()))
+    if len(s.gpus) == 1:
+        return f"Judged on: {listed}."
+    return (f"**Judged on {len(s.gpus)} GPU models**: {listed}. Each speedup is against the baselines on the same "
+            "GPU, but these figures mix hardware; select the problems of one model to compare with other results.")
 
 
 def markdown(s: Summary, rows: Sequence[BenchRow]) -> str:
@@ -449,6 +467,7 @@ def html_page(s: Summary, rows: Sequence[BenchRow]) -> str:
 <h1>kernelwright bench: {s.problems} problems, {s.correct} correct, {s.timed} timed, {s.missing} missing</h1>
 <table class="kv"><tr><th></th>{''.join(f'<th>fast_{p:g}</th>' for p in P_VALUES)}<th>geomean</th></tr>{fast}</table>
 <p class="muted">{esc(s.definitions)}</p>
+{f'<p>{esc(gpus_line(s))}</p>' if s.gpus else ''}
 {''.join(svg)}
 <h2>problems</h2>
 <table class="kv"><tr>{''.join(f'<th>{c}</th>' for c in ROW_COLUMNS)}</tr>{table}</table>

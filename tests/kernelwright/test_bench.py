@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelwright.bench import BenchRow, summarize
+from kernelwright.bench import BenchRow, figures_markdown, summarize
 from kernelwright.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +90,17 @@ def test_fast_p_with_kernelbench_definitions() -> None:
     assert s.geomean_speedup["eager"] == pytest.approx((2.5 * 1.0 * 0.9) ** (1 / 3))
     assert s.mean_fraction_of_floor == pytest.approx((0.8 + 0.4 + 0.2) / 3)
     assert (s.correct, s.timed, s.missing, s.judged) == (5, 3, 1, 6)
+    assert s.gpus == {} and "Judged on" not in figures_markdown(s)  # the CPU, or rows without a GPU
+
+
+def test_a_summary_over_several_gpu_models_says_so() -> None:
+    rows = [BenchRow(problem=f"p{i}", level=1, verdict="pass", reason="ok", speedup_vs_eager=2.0, gpu=g)
+            for i, g in enumerate(["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"])]
+    one = summarize(rows[:2], 2)
+    assert one.gpus == {"NVIDIA H100 80GB HBM3": 2}
+    assert "Judged on: NVIDIA H100 80GB HBM3 (2)." in figures_markdown(one) and "mix" not in figures_markdown(one)
+    mixed = figures_markdown(summarize(rows, 3))
+    assert "Judged on 2 GPU models" in mixed and "NVIDIA A100-SXM4-80GB (1)" in mixed and "mix hardware" in mixed
 
 
 def test_bad_input_is_one_sentence(tmp_path: Path, suite: tuple[Path, Path]) -> None:
