@@ -38,7 +38,11 @@ class ServeInput(TypedDict, total=False):
     iterations: int
     branches: int
     device: str
-    """cpu, cuda, cuda:N (default: cuda when the server has a GPU)"""
+    """cpu, cuda, cuda:N or cuda:0,cuda:1 (default: cuda when the server has a GPU); with cluster: cuda or cpu"""
+    cluster: str
+    """evaluate on a running Ray cluster: ray, ray://HOST:PORT or HOST:PORT (default: the server's devices)"""
+    actors: int
+    """with cluster: evaluation actors (default: one per GPU of the cluster)"""
     model: str
     """builtin or provider:model (the server's environment holds the provider's key)"""
     review: str
@@ -57,7 +61,8 @@ class ServeState(ServeInput, total=False):
 
 
 def _settings(state: ServeState) -> RunConfig:
-    return RunConfig(device=state.get("device") or "", iterations=int(state.get("iterations") or 8),
+    return RunConfig(device=state.get("device") or "", cluster=state.get("cluster") or "",
+                     actors=int(state.get("actors") or 0), iterations=int(state.get("iterations") or 8),
                      branches=int(state.get("branches") or 1), model=state.get("model") or "builtin",
                      review=state.get("review") or "proposals")
 
@@ -73,6 +78,9 @@ def start(state: ServeState) -> dict[str, Any]:
     problem = state.get("problem")
     if not problem:
         return {"error": "give the problem file's path as 'problem'", "status": "failed"}
+    if state.get("actors") and not state.get("cluster"):
+        return {"error": "actors goes with cluster (the number of evaluation actors in the Ray cluster)",
+                "status": "failed"}
     seed = state.get("seed_kernel")
     seed_src = Path(seed).read_text() if seed and "\n" not in seed and os.path.isfile(seed) else seed
     try:

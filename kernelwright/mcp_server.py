@@ -76,23 +76,29 @@ class Server:
 
     def start_run(self, problem: str, seed_kernel: str | None = None, model: str = "builtin", iterations: int = 8,
                   branches: int = 2, device: str | None = None, review: str = "proposals",
-                  base_url: str | None = None, precision: str | None = None, trials: int = 5) -> dict[str, Any]:
+                  base_url: str | None = None, precision: str | None = None, trials: int = 5,
+                  cluster: str | None = None, actors: int | None = None) -> dict[str, Any]:
         from kernelwright.agents.review import REVIEW_MODES
 
         if review not in REVIEW_MODES:
             raise UsageError(f"review {review!r}: use one of {', '.join(REVIEW_MODES)}")
-        config = api.RunConfig(device=device or "", precision=precision, branches=branches, iterations=iterations,
-                               trials=trials, model=model, base_url=base_url, review=review)
+        if actors is not None and not cluster:
+            raise UsageError(api.ACTORS_NEED_CLUSTER)
+        config = api.RunConfig(device=device or "", cluster=cluster or "", actors=actors or 0, precision=precision,
+                               branches=branches, iterations=iterations, trials=trials, model=model,
+                               base_url=base_url, review=review)
         return self._launch(api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=self.runs_dir))
 
-    def resume_run(self, run_id: str) -> dict[str, Any]:
+    def resume_run(self, run_id: str, device: str | None = None, cluster: str | None = None,
+                   actors: int | None = None) -> dict[str, Any]:
         with self.lock:
             live = self.runs.get(run_id)
         if live is not None and live.status == "running":
             raise UsageError(f"run {run_id} is already running in this server")
         if api.driven_elsewhere(run_id, runs_dir=self.runs_dir):
             raise UsageError(f"run {run_id} is driven by another live process; review it instead")
-        return self._launch(api.resume_run(run_id, runs_dir=self.runs_dir))
+        return self._launch(api.resume_run(run_id, runs_dir=self.runs_dir, device=device, cluster=cluster,
+                                           actors=actors))
 
     def run_status(self, run_id: str) -> dict[str, Any]:
         info = api.open_run(run_id, self.runs_dir).info()
@@ -212,15 +218,21 @@ def build(runs_dir: str | Path = "runs") -> Any:
 
     @tool
     def start_run(problem: str, seed_kernel: str | None = None, model: str = "builtin", iterations: int = 8,
-                  branches: int = 2, device: str | None = None, review: str = "proposals") -> dict[str, Any]:
+                  branches: int = 2, device: str | None = None, review: str = "proposals",
+                  cluster: str | None = None, actors: int | None = None) -> dict[str, Any]:
         """Start an optimization run of a problem file (a KernelBench-style Model with get_inputs) from a seed
         kernel file; returns {"run_id"} at once while the run goes on in the server. review "proposals" pauses
         each branch after its strategist until `review` decides; "none" runs unattended. model: builtin (no
-        model) or provider:model."""
+        model) or provider:model. device: cpu, cuda, cuda:N or cuda:0,cuda:1 (branches spread over the GPUs).
+        cluster: evaluate on a running Ray cluster (ray, ray://HOST:PORT or HOST:PORT), with `actors` evaluation
+        actors (default one per GPU) and device cuda or cpu for their kind."""
 
     @tool
-    def resume_run(run_id: str) -> dict[str, Any]:
-        """Continue a stopped or interrupted run (or one whose driver died) from its last checkpoint."""
+    def resume_run(run_id: str, device: str | None = None, cluster: str | None = None,
+                   actors: int | None = None) -> dict[str, Any]:
+        """Continue a stopped or interrupted run (or one whose driver died) from its last checkpoint, where it
+        evaluated before; device alone moves it to this server's devices, cluster (with actors) to a Ray
+        cluster."""
 
     @tool
     def run_status(run_id: str) -> dict[str, Any]:

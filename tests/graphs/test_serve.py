@@ -81,3 +81,20 @@ def test_langgraph_json_names_what_exists(tmp_path: Path, monkeypatch: pytest.Mo
             return type(saver).__name__
 
     assert asyncio.run(open_it()) == "AsyncSqliteSaver" and (tmp_path / "db" / "lg.sqlite").exists()
+
+
+async def _refused(tmp_path: Path) -> list[dict]:
+    outs = []
+    async with _graph(tmp_path / "lg.sqlite") as g:
+        for i, extra in enumerate(({"actors": 2}, {"cluster": "somewhere", "device": "cpu"})):
+            outs.append(await g.ainvoke({"problem": str(PROBLEM), "seed_kernel": str(SEED), "iterations": 1,
+                                         "runs_dir": str(tmp_path / "runs"), **extra},
+                                        {"configurable": {"thread_id": f"bad{i}"}}))
+    return outs
+
+
+def test_a_bad_cluster_setting_fails_the_thread_with_one_sentence(tmp_path: Path) -> None:
+    lone, far = asyncio.run(_refused(tmp_path))
+    assert lone["status"] == "failed" and "actors goes with cluster" in lone["error"]
+    assert far["status"] == "failed" and "somewhere" in far["error"]
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())  # no run was left
