@@ -22,6 +22,10 @@ from kernelwright.tools.runstore import Run
 from .llm import Models
 
 
+MAX_AUTO_SPARES = 8
+"""the most spare workers a device keeps by default (each is a process that imported torch)"""
+
+
 @dataclass(kw_only=True)
 class RunConfig:
     """How a run is configured (the flags of `kernelwright optimize`); saved in run.json, read on resume."""
@@ -58,6 +62,9 @@ class RunConfig:
     review: str = "none"
     """none: unattended; proposals: each branch pauses after its strategist until a person decides (approve,
     edit, reject, respond), through `kernelwright chat`, the MCP server or LangGraph's own UIs"""
+    spares: int = 0
+    """candidate workers each device (or actor) keeps started ahead of need; 0: as many as branches it takes in
+    a generation (at most MAX_AUTO_SPARES), so that no branch waits for a worker to import torch"""
     profile: str = "auto"
     """evidence for the roles on a GPU: auto profiles the seed and each newly admitted elite (torch.profiler,
     and Nsight Compute when `ncu` exists and can read counters); torch leaves Nsight Compute out; off profiles
@@ -87,6 +94,13 @@ class RunConfig:
         devices = [d for d in self.device.split(",") if d]
         return devices[branch % len(devices)]
 
+    def spares_per_device(self) -> int:
+        """`spares`, or by default the branches one device (or actor) takes in a generation, within 1..MAX_AUTO_SPARES."""
+        if self.spares > 0:
+            return self.spares
+        places = max(self.actors, 1) if self.cluster else max(len([d for d in self.device.split(",") if d]), 1)
+        return max(1, min(MAX_AUTO_SPARES, -(-self.branches // places)))
+
     @property
     def on_cpu(self) -> bool:
         """Candidates run in Triton's interpreter (no timing, no profiles), here or on a cluster's actors."""
@@ -104,11 +118,11 @@ class RunContext:
         self._stop = threading.Event()
 
     @classmethod
-    def open(cls, config: RunConfig, run: Run, models: dict[str, BaseChatModel] | None = None,
-             spares: int = 1) -> RunContext:
+    def open(cls, config: RunConfig, run: Run, models: dict[str, BaseChatModel] | None = None) -> RunContext:
         """The resources for `run` under `config`. `models` gives ready chat models by spec (tests and
         applications that build their own clients); the others are built from their specs when first used."""
-        return cls(config, run, Evaluations(run, config.precision, config.trials, spares, config.cluster, config.device),
+        return cls(config, run, Evaluations(run, config.precision, config.trials, config.spares_per_device(),
+                                            config.cluster, config.device),
                    Models(config.base_url, config.prices, models))
 
     def request_stop(self) -> None:

@@ -124,6 +124,19 @@ def test_branches_spread_over_the_listed_devices() -> None:
     assert RunConfig(device="cpu").device_for(3) == "cpu"
 
 
+def test_each_device_keeps_a_spare_worker_per_branch_it_takes() -> None:
+    """No branch of a generation waits for a worker to start (import torch: seconds), within a cap."""
+    from kernelwright.agents.context import MAX_AUTO_SPARES, RunConfig
+
+    assert RunConfig(device="cuda:0", branches=4).spares_per_device() == 4
+    assert RunConfig(device="cuda:0,cuda:1", branches=4).spares_per_device() == 2
+    assert RunConfig(device="cuda:0,cuda:1", branches=3).spares_per_device() == 2  # one GPU takes two
+    assert RunConfig(device="cpu", branches=1).spares_per_device() == 1
+    assert RunConfig(device="cuda", cluster="ray", actors=8, branches=16).spares_per_device() == 2
+    assert RunConfig(device="cuda:0", branches=64).spares_per_device() == MAX_AUTO_SPARES
+    assert RunConfig(device="cuda:0", branches=64, spares=3).spares_per_device() == 3
+
+
 def test_a_device_list_mixing_kinds_is_a_usage_error(tmp_path: Path) -> None:
     p = optimize(tmp_path, str(PROBLEM), "--seed-kernel", str(SEED), "--device", "cpu,cuda:0")
     assert p.returncode == 2 and "--device" in p.stderr and "Traceback" not in p.stderr
