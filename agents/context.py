@@ -94,6 +94,10 @@ class RunConfig:
         devices = [d for d in self.device.split(",") if d]
         return devices[branch % len(devices)]
 
+    def places(self) -> list[str]:
+        """Every device (or `ray:K` actor slot) a generation's branches are judged on, the seed's first."""
+        return list(dict.fromkeys(self.device_for(b) for b in range(self.branches)))
+
     def spares_per_device(self) -> int:
         """`spares`, or by default the branches one device (or actor) takes in a generation, within 1..MAX_AUTO_SPARES."""
         if self.spares > 0:

@@ -89,6 +89,8 @@ def seed(state: State, ctx: RunContext) -> State:
             why = provider_down or "the model wrote no kernel that passes the verifier from the reference"
             run.update(status="failed", stop_reason=why)
             return {"stop": why, "archive": {}}
+    # the other devices set up (workers, reference, baselines) while the first judges the seed
+    ctx.evaluations.warm(run.kernel(h), cfg.places()[1:])
     h, result = ctx.evaluations.evaluate(run.kernel(h), cfg.device_for(0))
     if result.verdict == "error":
         run.update(status="failed", stop_reason=f"the evaluator could not judge the seed kernel: {result.reason}: "

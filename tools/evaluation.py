@@ -8,6 +8,7 @@ Run-scoped on purpose: two runs in one process never share an evaluator, a polic
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 
@@ -17,6 +18,8 @@ from kernelwright.evaluators.facts import cpu_facts
 from kernelwright.evaluators.profiling import NcuReport, Profile, ncu_unavailable_reason
 
 from .runstore import Run
+
+log = logging.getLogger(__name__)
 
 
 class Evaluations:
@@ -68,6 +71,25 @@ class Evaluations:
         if result.verdict != "error":  # a failure of the judge is not a fact about the kernel: judge it again later
             self.run.put_eval(h, result.model_dump(mode="json"))
         return h, result
+
+    def warm(self, source: str, devices: list[str]) -> list[threading.Thread]:
+        """Judge `source` (the seed) on each of `devices` in the background and drop the verdicts: by the time
+        the first generation reaches those devices, their workers, memory plan, reference and torch.compile
+        baseline (or, on a cluster, their actors) are ready, instead of being set up on its critical path."""
+        threads = [threading.Thread(target=self._warm_one, args=(source, d), name=f"kernelwright-warm-{d}",
+                                    daemon=True) for d in devices]
+        for t in threads:
+            t.start()
+        return threads
+
+    def _warm_one(self, source: str, device: str) -> None:
+        t0 = time.monotonic()
+        try:
+            result = self.evaluator(device).evaluate(source)
+        except Exception as e:  # noqa: BLE001 - closed meanwhile, or a device that cannot start: the branch will say
+            log.info("warming %s did not finish: %s: %s", device, type(e).__name__, e)
+            return
+        log.info("warmed %s in %.1f s (the seed: %s)", device, time.monotonic() - t0, result.verdict)
 
     def quick(self, source: str, device: str) -> EvalResult:
         """The coder's quick check of a draft: one trial of the base inputs plus the problem's
