@@ -297,6 +297,9 @@ class Slot:
         self.cluster, self.kind, self.name = cluster, kind, name
         self.retries, self.call_timeout_s, self.placement_timeout_s = retries, call_timeout_s, placement_timeout_s
         self._lock = threading.Lock()
+        """guards the fields below; never held while waiting on the cluster"""
+        self._starting = threading.Lock()
+        """one actor start at a time"""
         self._actor: Any = None
         self._generation = 0
         self.hello: dict[str, Any] = {}
@@ -338,13 +341,22 @@ class Slot:
         return actor
 
     def actor(self) -> tuple[Any, int]:
-        with self._lock:
-            if self._closed:
-                raise SlotLost("the evaluation slot was closed")
-            if self._actor is None:
-                self._actor = self._start()
-                self._generation += 1
-            return self._actor, self._generation
+        """The slot's actor and its generation, starting one if there is none. A start (which may wait up to
+        `placement_timeout_s` for a free GPU) holds only `_starting`: `close` and `_drop` never wait for it."""
+        with self._starting:
+            with self._lock:
+                if self._closed:
+                    raise SlotLost("the evaluation slot was closed")
+                if self._actor is not None:
+                    return self._actor, self._generation
+            actor = self._start()
+            with self._lock:
+                if not self._closed:
+                    self._actor = actor
+                    self._generation += 1
+                    return actor, self._generation
+            _kill(actor)  # closed while it started
+            raise SlotLost("the evaluation slot was closed")
 
     def _drop(self, generation: int, why: str) -> None:
         """Forget and kill the actor of `generation` (once, however many calls saw it go). An unreachable actor

@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray")
 
 from kernelwright.cli import app  # noqa: E402
 from kernelwright.evaluators import EvalPolicy, load_problem  # noqa: E402
-from kernelwright.evaluators.cluster import Slot, connect  # noqa: E402
+from kernelwright.evaluators.cluster import Slot, SlotLost, connect  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HONEST = ROOT / "tests" / "kernels" / "honest"
@@ -185,6 +185,28 @@ def test_an_actor_drops_the_nodes_secrets_and_never_gets_the_drivers(cluster: st
     assert hello["removed"] == ["PLANTED_API_KEY"]  # the node's environment had it; the actor dropped it
     assert hello["secret_names"] == []  # and nothing secret-looking is left, the driver's key never came
     assert hello["kernelwright"] == __import__("kernelwright.evaluators.cluster", fromlist=["version"]).version()
+
+
+def test_closing_a_slot_does_not_wait_for_its_actor_to_be_placed(cluster: str) -> None:
+    """A run that ends while an actor waits for a free GPU ends at once; the waiting call gives up."""
+    slot = connect(cluster).slot("cuda", name="unplaceable")  # this cluster has no GPU: the start waits
+    slot.placement_timeout_s = 20
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            slot.call("hello")
+        except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+            raised.append(e)
+
+    waiting = threading.Thread(target=call, daemon=True)
+    waiting.start()
+    time.sleep(2)
+    t0 = time.monotonic()
+    slot.close()
+    assert time.monotonic() - t0 < 5, "close waited for the placement"
+    waiting.join(40)
+    assert not waiting.is_alive() and len(raised) == 1 and isinstance(raised[0], SlotLost), raised
 
 
 @pytest.mark.timeout(600)
