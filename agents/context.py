@@ -22,6 +22,8 @@ from kernelwright.tools.runstore import Run
 from .llm import Models
 
 
+ACTORS_NEED_CLUSTER = "--actors goes with --cluster (the number of evaluation actors in the Ray cluster)"
+
 MAX_AUTO_SPARES = 8
 """the most spare workers a device keeps by default (each is a process that imported torch)"""
 
@@ -102,8 +104,7 @@ class RunConfig:
         """`spares`, or by default the branches one device (or actor) takes in a generation, within 1..MAX_AUTO_SPARES."""
         if self.spares > 0:
             return self.spares
-        places = max(self.actors, 1) if self.cluster else max(len([d for d in self.device.split(",") if d]), 1)
-        return max(1, min(MAX_AUTO_SPARES, -(-self.branches // places)))
+        return max(1, min(MAX_AUTO_SPARES, -(-self.branches // len(self.places()))))
 
     @property
     def on_cpu(self) -> bool:
@@ -168,6 +169,8 @@ def settle_devices(config: RunConfig) -> None:
     if config.cluster:
         check_cluster(config)
         return
+    if config.actors:
+        raise RunSetupError(ACTORS_NEED_CLUSTER)
     try:
         devs = [resolve_device(d.strip()) for d in config.device.split(",")] if config.device else [resolve_device(None)]
     except DeviceError as e:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -21,6 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from multi_gpu import where_time_goes  # noqa: E402
 
 from kernelwright import api  # noqa: E402
 
@@ -35,17 +37,16 @@ def one(problem: Path, seed: Path, device: str, branches: int, iterations: int, 
     wall = time.monotonic() - t0
     steps = [json.loads(x) for x in (run_dir / "trace.jsonl").read_text().splitlines()]
     judged = [s for s in steps if s.get("verdict")]
-    phases = [json.loads(p.read_text()).get("phases") or {} for p in (run_dir / "evals").glob("*.json")]
+    where = where_time_goes(run_dir, judged)
 
     def mean(key: str) -> float | None:
-        xs = [p[key] for p in phases if isinstance(p.get(key), (int, float))]
-        return round(statistics.mean(xs), 2) if xs else None
+        v = where["phases_mean_s"].get(key)
+        return None if v is None else round(v, 2)
 
     return {"spares": spares or config.spares_per_device(), "asked": spares, "status": info.status,
             "wall_s": round(wall, 1), "judged": len(judged), "per_min": round(len(judged) / (wall / 60), 2),
-            "verify_s_mean": round(statistics.mean(s["verify_s"] for s in judged if s.get("verify_s")), 2) if judged else None,
-            "worker_wait_s_mean": mean("worker_wait_s"), "worker_startup_s_mean": mean("worker_startup_s"),
-            "evaluations": len(phases)}
+            "verify_s_mean": where["verify_s"]["mean"], "worker_wait_s_mean": mean("worker_wait_s"),
+            "worker_startup_s_mean": mean("worker_startup_s"), "evaluations": where["evaluations"]}
 
 
 def main() -> int:

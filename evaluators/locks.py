@@ -24,6 +24,9 @@ from .roofline import cache_dir
 
 log = logging.getLogger(__name__)
 
+_WARNED: set[int] = set()
+"""GPU indices whose missing UUID was already warned about"""
+
 
 def gpu_key(device: torch.device) -> str:
     """A name for the physical GPU behind `device`: its UUID, so that processes that see it under different
@@ -40,9 +43,6 @@ def gpu_key(device: torch.device) -> str:
                 log.warning("GPU %d has no readable UUID (%s); its lock is named by index, which processes with "
                             "different CUDA_VISIBLE_DEVICES do not share", index, e)
     return f"{device.type}{index}"
-
-
-_WARNED: set[int] = set()
 
 
 def lock_paths(device: torch.device) -> tuple[str, str]:

@@ -47,9 +47,6 @@ __all__ = ["Archive", "BestKernel", "RunConfig", "RunHandle", "RunInfo", "RunVie
            "evaluate", "open_run", "resume_run", "start_run"]
 
 
-ACTORS_NEED_CLUSTER = "--actors goes with --cluster (the number of evaluation actors in the Ray cluster)"
-
-
 class UsageError(Exception):
     """Bad input from the caller (a flag, a file, a config); the message is one sentence."""
 
@@ -352,12 +349,10 @@ def resume_run(run_id: str, *, runs_dir: str | Path = "runs", models: dict[str, 
         raise UsageError(str(e).splitlines()[0]) from None
     check_config(config, models)
     moved = device is not None or cluster is not None or actors is not None
-    if actors is not None and not cluster and (device is not None or not config.cluster):  # actors, but here
-        raise UsageError(ACTORS_NEED_CLUSTER)
     if cluster:
-        config.cluster, config.actors, config.device = cluster, actors or 0, device or ""
-    elif device is not None:
-        config.cluster, config.actors, config.device = "", 0, device
+        config.cluster, config.device, config.actors = cluster, device or "", actors or 0
+    elif device is not None:  # here; actors without a cluster are refused by settle_devices
+        config.cluster, config.device, config.actors = "", device, actors or 0
     elif actors is not None:
         config.actors = actors
     if moved or config.cluster:

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelwright.api import ACTORS_NEED_CLUSTER, RunConfig, UsageError, evaluate, start_run
+from kernelwright.agents.context import ACTORS_NEED_CLUSTER
+from kernelwright.api import RunConfig, UsageError, evaluate, start_run
 from kernelwright.evaluators import DeviceError, EvalResult, resolve_device
 from kernelwright.evaluators.result import bound
 from kernelwright.tools.runstore import atomic_write

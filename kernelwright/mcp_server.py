@@ -82,8 +82,6 @@ class Server:
 
         if review not in REVIEW_MODES:
             raise UsageError(f"review {review!r}: use one of {', '.join(REVIEW_MODES)}")
-        if actors is not None and not cluster:
-            raise UsageError(api.ACTORS_NEED_CLUSTER)
         config = api.RunConfig(device=device or "", cluster=cluster or "", actors=actors or 0, precision=precision,
                                branches=branches, iterations=iterations, trials=trials, model=model,
                                base_url=base_url, review=review)

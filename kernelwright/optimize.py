@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from kernelwright import api
-from kernelwright.api import ACTORS_NEED_CLUSTER, UsageError
+from kernelwright.api import UsageError
 
 __all__ = ["Summary", "UsageError", "parse_duration", "parse_prices", "parse_role_models", "run_optimize"]
 
@@ -82,8 +82,6 @@ def build_config(*, model: str, base_url: str | None, role_models: list[str], it
                  token_budget: int | None, cost_budget: float | None, prices: list[str] | None, profile: str,
                  review: str, cluster: str | None = None, actors: int | None = None) -> api.RunConfig:
     """optimize's (and chat's) flags as a RunConfig; UsageError, one sentence, for a bad one."""
-    if actors is not None and not cluster:
-        raise UsageError(ACTORS_NEED_CLUSTER)
     return api.RunConfig(device=device or "", cluster=cluster or "", actors=actors or 0,
                          precision=precision, branches=branches, iterations=iterations,
                          time_budget_s=parse_duration(time_budget) if time_budget else None, trials=trials,
