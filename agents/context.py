@@ -64,6 +64,10 @@ class RunConfig:
     review: str = "none"
     """none: unattended; proposals: each branch pauses after its strategist until a person decides (approve,
     edit, reject, respond), through `kernelwright chat`, the MCP server or LangGraph's own UIs"""
+    hosts: str = "auto"
+    """on: judge each local device in a process of its own (`evaluators.hosts`), so that devices do not compete
+    for one interpreter; auto: on when a generation's branches are spread over several devices; off: every
+    device in the run's process. Not used with `cluster` (each actor is a process already)."""
     spares: int = 0
     """candidate workers each device (or actor) keeps started ahead of need; 0: as many as branches it takes in
     a generation (at most MAX_AUTO_SPARES), so that no branch waits for a worker to import torch"""
@@ -106,6 +110,12 @@ class RunConfig:
             return self.spares
         return max(1, min(MAX_AUTO_SPARES, -(-self.branches // len(self.places()))))
 
+    def uses_hosts(self) -> bool:
+        """Whether each local device is judged in a host process of its own (`hosts`)."""
+        if self.cluster or self.hosts == "off":
+            return False
+        return self.hosts == "on" or len(self.places()) > 1
+
     @property
     def on_cpu(self) -> bool:
         """Candidates run in Triton's interpreter (no timing, no profiles), here or on a cluster's actors."""
@@ -127,7 +137,7 @@ class RunContext:
         """The resources for `run` under `config`. `models` gives ready chat models by spec (tests and
         applications that build their own clients); the others are built from their specs when first used."""
         return cls(config, run, Evaluations(run, config.precision, config.trials, config.spares_per_device(),
-                                            config.cluster, config.device),
+                                            config.cluster, config.device, hosts=config.uses_hosts()),
                    Models(config.base_url, config.prices, models))
 
     def request_stop(self) -> None:

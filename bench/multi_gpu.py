@@ -4,6 +4,9 @@ by the measurement audit (no two measurements overlapped on a GPU; how busy each
 
     python bench/multi_gpu.py --suite .kb --modes opt-1,opt-n,opt-ray,bench-1,bench-n,bench-ray --out DIR
 
+Modes: KIND-WHERE, KIND opt or bench; WHERE 1 (cuda:0), n (every GPU, a host process each: `--hosts auto`),
+n1p (every GPU in the one process: `--hosts off`), ray (a local Ray cluster, one actor per GPU).
+
 Every measurement appends to one audit log (`KERNELWRIGHT_LOCK_LOG`, set here and in the Ray cluster's
 environment), sliced by each mode's time window. Prints a table last; writes DIR/multi_gpu.json.
 """
@@ -69,7 +72,28 @@ def where_time_goes(run_dir: Path | None, judged: list[dict]) -> dict:
                          "max": verify[-1] if verify else None},
             "phases_mean_s": {k: round(sum(v) / len(v), 3) for k, v in sorted(phases.items())},
             "evaluations": max((len(v) for v in phases.values()), default=0),
-            "step_times": [s.get("time") for s in judged]}
+            "step_times": [s.get("time") for s in judged],
+            "steady": steady_rate(judged)}
+
+
+def steady_rate(judged: list[dict]) -> dict:
+    """Candidates per minute once the run is going: the steps judged after the first generation, over the time
+    from the first generation's end to the last one's (each step's `time` is when its generation was archived,
+    to the second). Leaves out the set-up (imports, the seed's evaluation, both baselines), which an overnight
+    run pays once; the wall-clock rate, which includes it, is reported beside it."""
+    ends: dict[int, float] = {}
+    for s in judged:
+        if s.get("time") and s.get("generation") is not None:
+            t = time.mktime(time.strptime(s["time"], "%Y-%m-%dT%H:%M:%S"))
+            ends[s["generation"]] = max(ends.get(s["generation"], t), t)
+    if len(ends) < 2:
+        return {"per_min": None, "generations": len(ends)}
+    first, last = min(ends), max(ends)
+    after = sum(1 for s in judged if s.get("generation") is not None and s["generation"] > first)
+    span = ends[last] - ends[first]
+    return {"per_min": round(after / (span / 60), 2) if span > 0 else None, "judged": after, "span_s": span,
+            "generations": len(ends),
+            "generation_s": [ends[g] - ends[g0] for g0, g in zip(sorted(ends), sorted(ends)[1:])]}
 
 
 def main() -> int:
@@ -110,14 +134,16 @@ def main() -> int:
     try:
         for mode in modes:
             kind, where = mode.split("-")
-            if where == "n" and n < 2:
+            if where in ("n", "n1p") and n < 2:
                 print(f"{mode}: skipped, {n} GPU", flush=True)
                 continue
             if where == "ray" and address is None:
                 print(f"{mode}: skipped, no Ray cluster", flush=True)
                 continue
+            every = ",".join(f"cuda:{i}" for i in range(n))
             place = (["--device", "cuda:0"] if where == "1" else
-                     ["--device", ",".join(f"cuda:{i}" for i in range(n))] if where == "n" else
+                     ["--device", every] if where == "n" else  # a host process per GPU (--hosts auto)
+                     ["--device", every, "--hosts", "off"] if where == "n1p" else  # every GPU in one process
                      ["--cluster", address, "--device", "cuda"])
             out = a.out / mode
             shutil.rmtree(out, ignore_errors=True)
@@ -143,6 +169,7 @@ def main() -> int:
                 row.update(candidates=len(judged), per_min=round(len(judged) / (wall / 60), 2),
                            passed=sum(s["verdict"] == "pass" for s in judged))
                 row["where"] = where_time_goes(runs[0] if runs else None, judged)
+                row["steady_per_min"] = row["where"].get("steady", {}).get("per_min")
                 (a.out / f"{mode}-where.json").write_text(json.dumps(row["where"], indent=1))
             else:
                 res = out / "results.jsonl"
@@ -159,11 +186,12 @@ def main() -> int:
             subprocess.run([*ray_cli(), "stop", "--force"], capture_output=True, timeout=120)
     (a.out / "multi_gpu.json").write_text(json.dumps({"gpus": n, "rows": rows}, indent=1))
     print(f"\n{n} GPU(s)")
-    print("| mode | rc | wall s | judged | passed | per min | GPUs measuring | overlaps | all at once s | busy |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| mode | rc | wall s | judged | passed | per min | steady per min | GPUs measuring | overlaps | all at once s | busy |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in rows:
         busy = ", ".join(f"{v:.0%}" for v in r["busy"].values() if v is not None)
         print(f"| {r['mode']} | {r['rc']} | {r['wall_s']} | {r['candidates']} | {r['passed']} | {r['per_min']} | "
+              f"{r.get('steady_per_min', '–')} | "
               f"{r['gpus_used']} | {r['overlaps']} | {r['all_at_once_s']} | {busy} |")
     return 0
 

@@ -62,6 +62,11 @@ class SlotLost(Exception):
     """Every actor tried for one call was lost; the message says how."""
 
 
+class Lost(Exception):
+    """One actor (or device host) is gone or gave no answer in time; the message says how. `Slot.call` replaces
+    it and tries again."""
+
+
 def address_of(cluster: str) -> str:
     """The address `ray.init` takes for `--cluster`: `ray` (the cluster this machine belongs to: RAY_ADDRESS,
     or the one `ray start` started here), `ray://HOST:PORT` (Ray Client, a remote cluster) or `HOST:PORT`
@@ -115,7 +120,7 @@ def connect(cluster: str) -> Cluster:
                 hint = "" if os.environ.get("RAY_AUTH_MODE") else \
                     "; if it uses token authentication, set RAY_AUTH_MODE=token and give its token"
                 raise ClusterError(f"cannot connect to the Ray cluster at {cluster}: "
-                                   f"{_first_line(e)}{hint}") from None
+                                   f"{first_line(e)}{hint}") from None
             _connected = address
     return Cluster(cluster.strip())
 
@@ -184,14 +189,15 @@ class EvalActor:
     `Evaluator`. Calls from several threads of the driver may arrive at once (a threaded actor); the evaluator
     is thread safe and its locks keep measurements apart."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, device: str | None = None, tag: str = "ray") -> None:
         # before anything else: whatever the node's environment holds that looks secret is not ours to keep
         self.removed = sorted(k for k in os.environ if SECRETISH.search(k))
         for k in self.removed:
             os.environ.pop(k, None)
-        self.kind = kind
-        self.device = "cpu"
-        if kind == "cuda":
+        self.kind, self.tag = kind, tag
+        """`tag` names where it runs in the verdicts' versions: `ray` (an actor), `host` (a device host)"""
+        self.device = device or "cpu"
+        if kind == "cuda" and device is None:
             # Ray makes the assigned GPU the only visible one, unless the cluster tells it not to
             ids = _ray_gpu_ids() if os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES") else []
             self.device = f"cuda:{int(ids[0])}" if ids else "cuda:0"
@@ -232,12 +238,16 @@ class EvalActor:
         except ProblemError as e:
             result = EvalResult(verdict="error", reason=Reason.BAD_PROBLEM, detail=str(e)[:500], device=self.device)
         except Exception as e:  # noqa: BLE001 - a node's own trouble (no CUDA, out of memory, a package missing)
+            where = f"the Ray node {socket.gethostname()}" if self.tag == "ray" else f"the {self.device} host process"
             result = EvalResult(verdict="error", reason=Reason.EVALUATOR_ERROR, device=self.device,
-                                detail=f"the Ray node {socket.gethostname()} could not set up the evaluation: "
+                                detail=f"{where} could not set up the evaluation: "
                                        f"{type(e).__name__}: {str(e).strip()[:300]}")
         else:
             result = ev.evaluate(source, quick=quick)
-        result.versions.update(ray_host=socket.gethostname(), ray_actor_pid=str(os.getpid()))
+        if self.tag == "ray":
+            result.versions.update(ray_host=socket.gethostname(), ray_actor_pid=str(os.getpid()))
+        else:
+            result.versions.update(host_pid=str(os.getpid()))
         return result.model_dump(mode="json")
 
     def device_facts(self, spec: Spec) -> str:
@@ -288,9 +298,16 @@ def _kill(actor: Any) -> None:
 class Slot:
     """One place to evaluate in the cluster, as the driver sees it: an actor that is replaced when lost.
 
-    `evaluator(problem, policy)` gives an `Evaluator`-shaped view of the slot for one problem. Thread safe."""
+    `evaluator(problem, policy)` gives an `Evaluator`-shaped view of the slot for one problem. Thread safe.
+    The replacing and retrying is this class's; how an actor is started, called, closed and killed are the
+    four hooks `_start`, `_invoke`, `_close_actor` and `_kill` (here Ray's; `hosts.LocalSlot` has a process
+    of this machine instead)."""
 
-    def __init__(self, cluster: Cluster, kind: str, name: str = "", *, retries: int = RETRIES,
+    label = "the Ray cluster"
+    """what judges, in a verdict that says it could not"""
+    versions_key = "ray_slot"
+
+    def __init__(self, cluster: Cluster | None, kind: str, name: str = "", *, retries: int = RETRIES,
                  call_timeout_s: float = CALL_TIMEOUT_S, placement_timeout_s: float = PLACEMENT_TIMEOUT_S) -> None:
         if kind not in ("cuda", "cpu"):
             raise ValueError(f"kind must be cuda or cpu, not {kind!r}")
@@ -313,6 +330,7 @@ class Slot:
 
         if self._fatal is not None:
             raise self._fatal  # the same answer at once, not after another actor's start-up
+        assert self.cluster is not None
         connect(self.cluster.address)
         actor = _remote().options(num_gpus=1 if self.kind == "cuda" else 0, num_cpus=1, max_restarts=0,
                                   max_concurrency=MAX_CONCURRENCY).remote(self.kind)
@@ -325,7 +343,7 @@ class Slot:
                            f"within {self.placement_timeout_s:g} s (all in use, or the node is gone)") from None
         except Exception as e:  # noqa: BLE001 - any failure to start is a lost actor
             _kill(actor)
-            raise SlotLost(f"a new evaluation actor failed to start: {_first_line(e)}") from None
+            raise SlotLost(f"a new evaluation actor failed to start: {first_line(e)}") from None
         if hello["kernelwright"] != version():
             _kill(actor)
             self._fatal = ClusterError(f"the Ray node {hello['host']} has kernelwright {hello['kernelwright']} and "
@@ -355,7 +373,7 @@ class Slot:
                     self._actor = actor
                     self._generation += 1
                     return actor, self._generation
-            _kill(actor)  # closed while it started
+            self._kill(actor)  # closed while it started
             raise SlotLost("the evaluation slot was closed")
 
     def _drop(self, generation: int, why: str) -> None:
@@ -366,26 +384,18 @@ class Slot:
                 return
             actor, self._actor = self._actor, None
             self.lost.append(why)
-        _kill(actor)
+        self._kill(actor)
 
     def call(self, method: str, *args: Any) -> Any:
         """`actor.method(*args)` on this slot's actor, replacing a lost actor and trying again; SlotLost once
         `retries` fresh actors were lost too. An exception raised by the method itself is raised here."""
-        import ray
-
         line = ""
         for attempt in range(self.retries + 1):
             actor, generation = self.actor()
-            where = f"the actor on {self.hello.get('host')} (pid {self.hello.get('pid')})"
             try:
-                return ray.get(getattr(actor, method).remote(*args), timeout=self.call_timeout_s)
-            except ray.exceptions.GetTimeoutError:
-                line = f"{where} gave no answer within {self.call_timeout_s:g} s"
-            except ray.exceptions.RayTaskError as e:
-                cause = e.cause if isinstance(e.cause, Exception) else None
-                raise (cause or RuntimeError(_first_line(e))) from None
-            except (ray.exceptions.RayError, ConnectionError) as e:  # died, node lost, unreachable, out of memory
-                line = f"{where} was lost ({_first_line(e)})"
+                return self._invoke(actor, method, args)
+            except Lost as e:
+                line = str(e)
             self._drop(generation, line)
             log.warning("evaluation slot %s: %s; %s", self.name, line,
                         "trying a fresh actor" if attempt < self.retries else "giving up on this call")
@@ -396,17 +406,42 @@ class Slot:
         return RemoteEvaluator(self, problem, policy, own_slot)
 
     def close(self) -> None:
-        import ray
-
         with self._lock:
             self._closed = True
             actor, self._actor = self._actor, None
         if actor is not None:
-            try:
-                ray.get(actor.close.remote(), timeout=60)
-            except Exception:  # noqa: BLE001 - it is killed next either way
-                pass
-            _kill(actor)
+            self._close_actor(actor)
+            self._kill(actor)
+
+    # -- the hooks: Ray's ---------------------------------------------------------------------------------
+
+    def _where(self) -> str:
+        return f"the actor on {self.hello.get('host')} (pid {self.hello.get('pid')})"
+
+    def _invoke(self, actor: Any, method: str, args: tuple[Any, ...]) -> Any:
+        """The call on `actor`; Lost when it is gone or hung, else its result or its own exception."""
+        import ray
+
+        try:
+            return ray.get(getattr(actor, method).remote(*args), timeout=self.call_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise Lost(f"{self._where()} gave no answer within {self.call_timeout_s:g} s") from None
+        except ray.exceptions.RayTaskError as e:
+            cause = e.cause if isinstance(e.cause, Exception) else None
+            raise (cause or RuntimeError(first_line(e))) from None
+        except (ray.exceptions.RayError, ConnectionError) as e:  # died, node lost, unreachable, out of memory
+            raise Lost(f"{self._where()} was lost ({first_line(e)})") from None
+
+    def _close_actor(self, actor: Any) -> None:
+        import ray
+
+        try:
+            ray.get(actor.close.remote(), timeout=60)
+        except Exception:  # noqa: BLE001 - it is killed next either way
+            pass
+
+    def _kill(self, actor: Any) -> None:
+        _kill(actor)
 
 
 def version() -> str:
@@ -420,7 +455,7 @@ def version() -> str:
         return "unknown"
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
 
@@ -430,7 +465,7 @@ class RemoteEvaluator:
 
     def __init__(self, slot: Slot, problem: Problem, policy: EvalPolicy, own_slot: bool = False) -> None:
         self.slot, self.problem = slot, problem
-        self.device = slot.kind
+        self.device = getattr(slot, "device", slot.kind)
         key = hashlib.sha256(f"{problem.path}\0{problem.source}\0{problem.precision}\0{policy!r}".encode()).hexdigest()
         self._spec: Spec = (key, problem.source, problem.path, problem.precision.value, replace(policy))
         self._own_slot = own_slot
@@ -442,13 +477,13 @@ class RemoteEvaluator:
         try:
             data = self.slot.call("evaluate", self._spec, source, quick)
         except Exception as e:  # noqa: BLE001 - the judge could not judge; the run goes on and judges it later
-            detail = str(e) if isinstance(e, (SlotLost, ClusterError)) else _first_line(e)
+            detail = str(e) if isinstance(e, (SlotLost, ClusterError)) else first_line(e)
             return EvalResult(verdict="error", reason=Reason.EVALUATOR_ERROR, device=self.slot.kind,
                               precision=self.problem.precision.value,
-                              detail=f"the Ray cluster could not judge this candidate: {detail}",
+                              detail=f"{self.slot.label} could not judge this candidate: {detail}",
                               phases={"total_s": round(time.monotonic() - t0, 3)})
         result = EvalResult.model_validate(data)
-        result.versions["ray_slot"] = self.slot.name
+        result.versions[self.slot.versions_key] = self.slot.name
         return result
 
     def device_facts(self) -> DeviceFacts:

@@ -29,6 +29,7 @@ import math
 import os
 import queue
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -42,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kernelwright.agents.context import ACTORS_NEED_CLUSTER
 from kernelwright.api import RunConfig, UsageError, evaluate, start_run
 from kernelwright.evaluators import DeviceError, EvalResult, resolve_device
+from kernelwright.evaluators.hosts import LocalSlot
 from kernelwright.evaluators.result import bound
 from kernelwright.tools.runstore import atomic_write
 
@@ -66,7 +68,7 @@ class BenchRow(BaseModel):
     run: str | None = None
     """with --optimize: the run's id (its report, trace and kernels are under OUT/runs)"""
     actor: str | None = None
-    """with --cluster: the Ray actor that judged it (host:pid)"""
+    """with --cluster, the Ray actor that judged it; with a device host (`--hosts`), that process (host:pid)"""
     gpu: str | None = None
     """the GPU model it was judged on (None: the CPU, or not judged)"""
     seed_speedup_vs_eager: float | None = None
@@ -201,6 +203,14 @@ def check_devices(device: str | None) -> list[str]:
     return devices
 
 
+def _judged_by(result: EvalResult) -> str | None:
+    """host:pid of the Ray actor or device host that judged (None: the bench's own process)."""
+    v = result.versions
+    if "ray_host" in v:
+        return f"{v['ray_host']}:{v['ray_actor_pid']}"
+    return f"{socket.gethostname()}:{v['host_pid']}" if "host_pid" in v else None
+
+
 def row_of(name: str, level: int, kernel: str, result: EvalResult, wall_s: float, stamp: str,
            **extra: Any) -> BenchRow:
     t = result.timing
@@ -208,7 +218,7 @@ def row_of(name: str, level: int, kernel: str, result: EvalResult, wall_s: float
         problem=name, level=level, kernel=kernel, verdict=result.verdict, reason=str(result.reason),
         detail=bound(result.detail, 500), device=result.device, timing_unavailable=result.timing_unavailable,
         wall_s=round(wall_s, 2), time=stamp, **extra,
-        actor=f"{result.versions['ray_host']}:{result.versions['ray_actor_pid']}" if "ray_host" in result.versions else None,
+        actor=_judged_by(result),
         gpu=result.versions.get("gpu") or None,
         **({} if t is None else dict(
             median_ms=t.median_ms, eager_ms=t.eager_ms, compile_ms=t.compile_ms, compile_mode=t.compile_mode,
@@ -267,10 +277,11 @@ def run_bench(suite: Path, out: Path, *, kernels: Path | None = None, optimize_c
               seed_kernels: Path | None = None, models: dict[str, Any] | None = None,
               levels: Sequence[int] | None = None, pattern: str | None = None, device: str | None = None,
               resume: bool = False, trials: int = 5, compile_mode: str | None = "default",
-              cluster: str | None = None, actors: int | None = None) -> Iterator[BenchRow]:
+              cluster: str | None = None, actors: int | None = None, hosts: str = "auto") -> Iterator[BenchRow]:
     """Judge (`kernels`) or optimize (`optimize_config`) every selected problem, appending each row to
     `out/results.jsonl` as it comes; yields the rows (with `resume`, those read back first). With several
-    devices, one worker per device. Writes the summary files at the end."""
+    devices, one worker per device; `hosts` (auto: with several devices) judges each device in a process of its
+    own (`evaluators.hosts`). Writes the summary files at the end."""
     selected = problems(suite, levels, pattern)
     if (kernels is None) == (optimize_config is None):
         raise UsageError("give --kernels DIR (judge a folder of kernels) or --optimize (run the loop), one of them")
@@ -303,8 +314,12 @@ def run_bench(suite: Path, out: Path, *, kernels: Path | None = None, optimize_c
     def work(dev: str) -> None:
         # on a cluster, a judging worker keeps one actor (one GPU) for all its problems; an optimizing one
         # gives each problem's run an actor of its own
-        slot = ray_cluster.slot(kind, name=f"bench/{dev}") if cluster and kernels is not None else None
-        placement = {"device": kind, "cluster": cluster, "actors": 1} if cluster else {"device": dev}
+        slot: Slot | None = None
+        if kernels is not None and cluster:
+            slot = ray_cluster.slot(kind, name=f"bench/{dev}")
+        elif kernels is not None and (hosts == "on" or (hosts == "auto" and len(devices) > 1)):
+            slot = LocalSlot(dev, name=f"bench/{dev}")
+        placement = {"device": kind, "cluster": cluster, "actors": 1} if cluster else {"device": dev, "hosts": hosts}
         try:
             drain(dev, slot, placement)
         finally:

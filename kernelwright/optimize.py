@@ -80,14 +80,15 @@ def parse_prices(items: list[str]) -> dict[str, list[float]]:
 def build_config(*, model: str, base_url: str | None, role_models: list[str], iterations: int,
                  time_budget: str | None, branches: int, device: str | None, precision: str | None, trials: int,
                  token_budget: int | None, cost_budget: float | None, prices: list[str] | None, profile: str,
-                 review: str, cluster: str | None = None, actors: int | None = None) -> api.RunConfig:
+                 review: str, cluster: str | None = None, actors: int | None = None,
+                 hosts: str = "auto") -> api.RunConfig:
     """optimize's (and chat's) flags as a RunConfig; UsageError, one sentence, for a bad one."""
     return api.RunConfig(device=device or "", cluster=cluster or "", actors=actors or 0,
                          precision=precision, branches=branches, iterations=iterations,
                          time_budget_s=parse_duration(time_budget) if time_budget else None, trials=trials,
                          model=model, base_url=base_url, role_models=parse_role_models(role_models),
                          token_budget=token_budget, cost_budget_usd=cost_budget, prices=parse_prices(prices or []),
-                         profile=profile, review=review)
+                         profile=profile, review=review, hosts=hosts)
 
 
 def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, base_url: str | None,
@@ -96,7 +97,7 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                  console: Console, token_budget: int | None = None, cost_budget: float | None = None,
                  prices: list[str] | None = None, models: dict[str, Any] | None = None,
                  profile: str = "auto", review: str = "none", cluster: str | None = None,
-                 actors: int | None = None) -> Summary:
+                 actors: int | None = None, hosts: str = "auto") -> Summary:
     """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
     view, and the first Ctrl-C asks it to stop after the generation in flight."""
     if resume:
@@ -109,7 +110,7 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
         config = build_config(model=model, base_url=base_url, role_models=role_models, iterations=iterations,
                               time_budget=time_budget, branches=branches, device=device, precision=precision,
                               trials=trials, token_budget=token_budget, cost_budget=cost_budget, prices=prices,
-                              profile=profile, review=review, cluster=cluster, actors=actors)
+                              profile=profile, review=review, cluster=cluster, actors=actors, hosts=hosts)
         handle = api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir, models=models)
     previous = signal.getsignal(signal.SIGINT)
 

@@ -15,6 +15,7 @@ import time
 from kernelwright.evaluators import DeviceFacts, EvalPolicy, EvalResult, Evaluator, problem_from_source
 from kernelwright.evaluators.cluster import Cluster, RemoteEvaluator, Slot
 from kernelwright.evaluators.facts import cpu_facts
+from kernelwright.evaluators.hosts import LocalSlot
 from kernelwright.evaluators.profiling import NcuReport, Profile, ncu_unavailable_reason
 
 from .runstore import Run
@@ -26,12 +27,14 @@ class Evaluations:
     """The evaluators of one run (lazily built per device) and its verdict cache."""
 
     def __init__(self, run: Run, precision: str | None = None, trials: int = 5, spares: int = 1,
-                 cluster: str = "", kind: str = "cpu") -> None:
+                 cluster: str = "", kind: str = "cpu", hosts: bool = False) -> None:
         self.run = run
         self.precision = precision
         self.trials, self.spares = trials, spares
         self.cluster, self.kind = cluster, kind
         """with a `cluster` (`--cluster`), devices named `ray:K` are actors of that Ray cluster, of `kind`"""
+        self.hosts = hosts
+        """each local device judged in a host process of its own (`evaluators.hosts`)"""
         self._evaluators: dict[str, Evaluator | RemoteEvaluator] = {}
         self._facts: dict[str, DeviceFacts] = {}
         self._lock = threading.Lock()
@@ -51,6 +54,8 @@ class Evaluations:
                     # connected on the actor's first start (inside the evaluation, whose verdict says if it fails)
                     slot = Slot(Cluster(self.cluster), self.kind, name=f"{self.run.id}/{device}")
                     ev = slot.evaluator(problem, policy, own_slot=True)
+                elif self.hosts:  # started on first use, like an actor
+                    ev = LocalSlot(device, name=f"{self.run.id}/{device}").evaluator(problem, policy, own_slot=True)
                 else:
                     ev = Evaluator(problem, device, policy)
                 self._evaluators[device] = ev
