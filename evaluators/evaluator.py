@@ -540,21 +540,38 @@ class Evaluator:
             t1 = time.monotonic()
             judge_inputs(after, tensors, label)
             t2 = time.monotonic()
+            looked = "stands"
             with shared_use(self.device):
                 try:
                     rec_max, rec_norm = compare_all(outs, trial.gold, trial.tolerance, label)
-                except Reject as r:
-                    if trial.native_measured:  # how far PyTorch itself was on these very inputs
-                        r.detail = (f"{r.detail}; PyTorch's own {self.precision.value} error on these inputs: "
-                                    f"{trial.native_error:.3g}")
-                    raise
+                except Reject as first:
+                    # before a failure on a draw whose PyTorch error was never measured stands, measure it
+                    # (GPU lock first, then the reference's: see _roofline) and judge as for a sensitive family
+                    with self._ref_lock:
+                        looked, widened = ref.second_look(trial)
+                    failure: Reject | None = None if looked == "skip" else first
+                    if looked == "widened" and widened is not None:
+                        try:
+                            rec_max, rec_norm = compare_all(outs, trial.gold, widened.tolerance, label)
+                            failure = None
+                        except Reject as again:
+                            failure = again
+                    if failure is not None:
+                        if trial.native_measured:  # how far PyTorch itself was on these very inputs
+                            failure.detail = (f"{failure.detail}; PyTorch's own {self.precision.value} error on "
+                                              f"these inputs: {trial.native_error:.3g}")
+                        raise failure from None
             t3 = time.monotonic()
             sub["inputs"] += t2 - t1
             sub["compare"] += t3 - t2
-            max_rel, norm_rel = max(max_rel, rec_max), max(norm_rel, rec_norm)
-            result.trials.append(TrialRecord(
-                family=trial.family, trial=trial.index, max_rel_error=rec_max, norm_rel_error=rec_norm, passed=True,
-                reference_error=trial.native_error if trial.native_measured else None, tolerance=trial.tolerance))
+            # a draw the second look dropped (PyTorch itself too far off on it to judge by, as for a sensitive
+            # family; the reference's notes say so) is not recorded; its outputs are kept like any other's
+            if looked != "skip":
+                max_rel, norm_rel = max(max_rel, rec_max), max(norm_rel, rec_norm)
+                result.trials.append(TrialRecord(
+                    family=trial.family, trial=trial.index, max_rel_error=rec_max, norm_rel_error=rec_norm,
+                    passed=True, reference_error=trial.native_error if trial.native_measured else None,
+                    tolerance=trial.tolerance))
             if hold or not transport.shared:
                 transport.keep(outs)
                 held += out_bytes

@@ -256,6 +256,35 @@ class ReferenceSession:
         trial.tolerance = max(self.family_tolerance(family), own)
         return trial
 
+    def second_look(self, trial: Trial) -> tuple[str, Trial | None]:
+        """A candidate failed `trial`, a draw of a transformed family whose PyTorch error was not measured (the
+        family's first draws said it was not sensitive). Before that failure stands, measure PyTorch's own error
+        on this very draw, as a sensitive family would have, and judge by the same rule (`_judge_own_draw`):
+        ("widened", the trial with its tolerance at least twice PyTorch's error there), ("skip", None) when
+        PyTorch itself is too far off on the draw to judge anything, or ("stands", None): nothing to widen for
+        (the base family and the problem's own test inputs are never widened here; an error measured already;
+        no float64 gold; PyTorch as close as the tolerance asks; no memory left to run PyTorch again)."""
+        if (trial.native_measured or trial.family in ("base", TEST_FAMILY) or self.gold_precision != GOLD_FLOAT64
+                or not trial.gold):
+            return "stands", None
+        try:
+            native = self._run(self.native, trial.inputs, self.precision.allows_tf32)
+        except Exception as e:  # noqa: BLE001 - out of memory with the candidate's outputs held, or worse
+            log.info("PyTorch's own error on a failed draw could not be measured: %s", one_line(e))
+            return "stands", None
+        err = 0.0
+        for o, g in zip(native, trial.gold):
+            if isinstance(o, torch.Tensor) and o.is_floating_point():
+                c = compare(o, g, 1.0)
+                if math.isfinite(c.max_rel):
+                    err = max(err, c.max_rel)
+        del native
+        trial.native_error, trial.native_measured = err, True
+        if CALIBRATION_MARGIN * err <= trial.tolerance:
+            return "stands", None
+        judged = self._judge_own_draw(trial, err, self.base_tolerance)
+        return ("widened", judged) if judged is not None else ("skip", None)
+
     def timing_inputs(self, n: int) -> list[list[Any]]:
         """`n` input sets for timing: the problem's own distribution, values no trial had."""
         b = self.new_battery()
