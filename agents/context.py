@@ -176,6 +176,8 @@ def settle_devices(config: RunConfig) -> None:
     RunSetupError, one sentence, for an unusable one."""
     from kernelwright.evaluators import DeviceError, resolve_device
 
+    if config.hosts not in ("auto", "on", "off"):
+        raise RunSetupError(f"hosts {config.hosts!r}: use auto, on or off")
     if config.cluster:
         check_cluster(config)
         return

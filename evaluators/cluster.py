@@ -422,15 +422,16 @@ class Slot:
         """The call on `actor`; Lost when it is gone or hung, else its result or its own exception."""
         import ray
 
+        where = self._where()  # the actor called, whatever another thread starts meanwhile
         try:
             return ray.get(getattr(actor, method).remote(*args), timeout=self.call_timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise Lost(f"{self._where()} gave no answer within {self.call_timeout_s:g} s") from None
+            raise Lost(f"{where} gave no answer within {self.call_timeout_s:g} s") from None
         except ray.exceptions.RayTaskError as e:
             cause = e.cause if isinstance(e.cause, Exception) else None
             raise (cause or RuntimeError(first_line(e))) from None
         except (ray.exceptions.RayError, ConnectionError) as e:  # died, node lost, unreachable, out of memory
-            raise Lost(f"{self._where()} was lost ({first_line(e)})") from None
+            raise Lost(f"{where} was lost ({first_line(e)})") from None
 
     def _close_actor(self, actor: Any) -> None:
         import ray
@@ -478,7 +479,7 @@ class RemoteEvaluator:
             data = self.slot.call("evaluate", self._spec, source, quick)
         except Exception as e:  # noqa: BLE001 - the judge could not judge; the run goes on and judges it later
             detail = str(e) if isinstance(e, (SlotLost, ClusterError)) else first_line(e)
-            return EvalResult(verdict="error", reason=Reason.EVALUATOR_ERROR, device=self.slot.kind,
+            return EvalResult(verdict="error", reason=Reason.EVALUATOR_ERROR, device=self.device,
                               precision=self.problem.precision.value,
                               detail=f"{self.slot.label} could not judge this candidate: {detail}",
                               phases={"total_s": round(time.monotonic() - t0, 3)})

@@ -23,25 +23,32 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
+import resource
 import secrets
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from multiprocessing.managers import BaseManager, RemoteError
-from typing import Any
+from multiprocessing.managers import BaseManager
+from typing import Any, Callable
 
-from .cluster import CALL_TIMEOUT_S, RETRIES, EvalActor, Lost, Slot, SlotLost, first_line
+from .cluster import CALL_TIMEOUT_S, MAX_CONCURRENCY, RETRIES, ClusterError, EvalActor, Lost, Slot, SlotLost, first_line, version
 from .pool import SECRETISH
 
 log = logging.getLogger(__name__)
 
-START_TIMEOUT_S = 120.0
-"""how long a new host may take to import torch and listen"""
+START_TIMEOUT_S = 300.0
+"""how long a new host may take to start: import torch, set up its device and answer"""
+CLOSE_TIMEOUT_S = 60.0
+"""how long closing a host (its evaluator's workers) may take before it is killed instead"""
 
 
 class _Manager(BaseManager):
@@ -58,6 +65,7 @@ class Host:
     proc: subprocess.Popen[bytes]
     folder: str
     proxy: Any
+    hello: dict[str, Any] = field(default_factory=dict)
     hung: threading.Event = field(default_factory=threading.Event)
 
     def last_words(self) -> str:
@@ -94,10 +102,14 @@ class LocalSlot(Slot):
     versions_key = "host_slot"
 
     def __init__(self, device: str, name: str = "", *, retries: int = RETRIES, call_timeout_s: float = CALL_TIMEOUT_S,
-                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+                 start_timeout_s: float = START_TIMEOUT_S, close_timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         super().__init__(None, "cpu" if device == "cpu" else "cuda", name or device, retries=retries,
                          call_timeout_s=call_timeout_s, placement_timeout_s=start_timeout_s)
         self.device = device
+        self.close_timeout_s = close_timeout_s
+        # Every call to a host waits in the calling thread for an answer with a deadline (`_wait`); the call
+        # itself runs here, so a host that cannot be killed (stuck in a driver) never holds up a run's thread.
+        self._calls = ThreadPoolExecutor(max_workers=MAX_CONCURRENCY, thread_name_prefix=f"kw-host-{device}")
 
     def _where(self) -> str:
         return f"the {self.device} host process (pid {self.hello.get('pid')})"
@@ -107,10 +119,14 @@ class LocalSlot(Slot):
         address = os.path.join(folder, "s")
         key = secrets.token_bytes(32)
         with open(os.path.join(folder, "stderr.log"), "wb") as err:  # what it says lands there, not on the terminal
-            proc = subprocess.Popen([sys.executable, "-m", "kernelwright.evaluators.hosts"], env=host_env(),
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, close_fds=True)
+            # -P and its own folder as working directory: nothing of the driver's current directory shadows an
+            # installed package in it. Its own session: the terminal's Ctrl-C is the driver's to handle.
+            proc = subprocess.Popen([sys.executable, "-P", "-m", "kernelwright.evaluators.hosts"], env=host_env(),
+                                    cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                    close_fds=True, start_new_session=True)
         host = Host(proc, folder, None)
         assert proc.stdin is not None and proc.stdout is not None
+        deadline = time.monotonic() + self.placement_timeout_s
         try:
             proc.stdin.write((json.dumps({"address": address, "key": key.hex(), "device": self.device,
                                           "kind": self.kind}) + "\n").encode())
@@ -118,51 +134,91 @@ class LocalSlot(Slot):
             line = _read_line(proc, self.placement_timeout_s)
             if line != "ready":
                 raise SlotLost(f"a {self.device} host process did not start: {line}{host.last_words()}")
-            manager = _Manager(address=address, authkey=key)
-            manager.connect()
-            host.proxy = manager.actor()  # type: ignore[attr-defined]
-            self.hello = host.proxy.hello()
+
+            def connect() -> tuple[Any, dict[str, Any]]:
+                manager = _Manager(address=address, authkey=key)
+                manager.connect()
+                proxy = manager.actor()  # type: ignore[attr-defined]
+                return proxy, _unwrap(proxy.call("hello", ()))
+
+            host.proxy, host.hello = self._wait(host, connect, deadline - time.monotonic(), "start")
         except SlotLost:
             host.kill()
             raise
         except Exception as e:  # noqa: BLE001 - any failure to start is a lost host
             host.kill()
-            raise SlotLost(f"a {self.device} host process failed to start: {first_line(e)}") from None
+            raise SlotLost(f"a {self.device} host process failed to start: {first_line(e)}{host.last_words()}") from None
+        if host.hello.get("kernelwright") != version():
+            host.kill()
+            self._fatal = ClusterError(f"the {self.device} host process runs kernelwright "
+                                       f"{host.hello.get('kernelwright')} and this driver {version()}")
+            raise self._fatal
+        self.hello = host.hello
         return host
+
+    def _wait(self, host: Host, fn: Callable[[], Any], timeout: float, what: str) -> Any:
+        """`fn()` (a call to `host`), answered within `timeout` s, or Lost (the host is killed, in the
+        background: a kill that cannot land must not hold the caller). Lost too when the host is gone."""
+        future = self._calls.submit(fn)
+        try:
+            return future.result(timeout=max(timeout, 0.0))
+        except FutureTimeout:
+            host.hung.set()
+            threading.Thread(target=host.kill, daemon=True, name="kw-host-kill").start()
+            raise Lost(f"the {self.device} host process (pid {host.proc.pid}) gave no answer within "
+                       f"{timeout:g} s ({what})") from None
+        except (EOFError, OSError) as e:  # anything the connection raises: the method's own come back as values
+            if host.hung.is_set():
+                raise Lost(f"the {self.device} host process (pid {host.proc.pid}) gave no answer in time ({what})") from None
+            code = host.proc.poll()
+            raise Lost(f"the {self.device} host process (pid {host.proc.pid}) was lost ({first_line(e)}"
+                       f"{f'; exit status {code}' if code is not None else ''}){host.last_words()}") from None
 
     def _invoke(self, actor: Any, method: str, args: tuple[Any, ...]) -> Any:
         host: Host = actor
-        timer = threading.Timer(self.call_timeout_s, self._hang_up, args=(host,))
-        timer.daemon = True
-        timer.start()
-        try:
-            return getattr(host.proxy, method)(*args)
-        except RemoteError as e:  # the method's own exception, which could not come back as itself
-            raise RuntimeError(first_line(e)) from None
-        except (EOFError, ConnectionError, OSError) as e:
-            if host.hung.is_set():
-                raise Lost(f"{self._where()} gave no answer within {self.call_timeout_s:g} s") from None
-            if isinstance(e, (EOFError, ConnectionError)) or host.proc.poll() is not None:
-                code = host.proc.poll()
-                raise Lost(f"{self._where()} was lost ({first_line(e)}"
-                           f"{f'; exit status {code}' if code is not None else ''}){host.last_words()}") from None
-            raise  # the method's own OSError
-        finally:
-            timer.cancel()
-
-    def _hang_up(self, host: Host) -> None:
-        host.hung.set()
-        host.kill()
+        return _unwrap(self._wait(host, lambda: host.proxy.call(method, args), self.call_timeout_s, method))
 
     def _close_actor(self, actor: Any) -> None:
         host: Host = actor
         try:
-            host.proxy.close()
+            self._wait(host, lambda: host.proxy.call("close", ()), self.close_timeout_s, "close")
         except Exception:  # noqa: BLE001 - it is killed next either way
             pass
 
     def _kill(self, actor: Any) -> None:
         actor.kill()
+
+    def close(self) -> None:
+        super().close()
+        self._calls.shutdown(wait=False)
+
+
+def _unwrap(answer: tuple[str, Any]) -> Any:
+    """A host's answer: its method's value, or the exception the method raised, raised here."""
+    kind, value = answer
+    if kind == "raise":
+        raise value
+    return value
+
+
+class Hosted:
+    """What a host serves: `EvalActor`'s methods by name, each answer ("ok", value) or ("raise", exception),
+    so that whatever the connection itself raises in the driver is about the connection."""
+
+    def __init__(self, actor: EvalActor) -> None:
+        self.actor = actor
+
+    def call(self, method: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+        if method not in ("hello", "evaluate", "device_facts", "profile", "close"):
+            return "raise", ValueError(f"no method {method!r}")
+        try:
+            return "ok", getattr(self.actor, method)(*args)
+        except Exception as e:  # noqa: BLE001 - handed back to the caller
+            try:
+                pickle.dumps(e)
+            except Exception:  # noqa: BLE001 - one that cannot travel goes as its first line
+                return "raise", RuntimeError(first_line(e))
+            return "raise", e
 
 
 def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
@@ -188,21 +244,25 @@ def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
 
 
 def _serve() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when a run stops, not a stray Ctrl-C
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core files in anyone's directory
     spec = json.loads(sys.stdin.buffer.readline())
-    actor = EvalActor(spec["kind"], device=spec["device"], tag="host")
+    folder = os.path.dirname(spec["address"])
+    hosted = Hosted(EvalActor(spec["kind"], device=spec["device"], tag="host"))
 
     class Serving(BaseManager):
         pass
 
-    Serving.register("actor", callable=lambda: actor)
+    Serving.register("actor", callable=lambda: hosted)
     server = Serving(address=spec["address"], authkey=bytes.fromhex(spec["key"])).get_server()
 
     def end_with_the_driver() -> None:
         while sys.stdin.buffer.read(65536):
             pass
+        shutil.rmtree(folder, ignore_errors=True)  # the driver may be gone: the socket's folder is ours to remove
         threading.Timer(20.0, os._exit, args=(0,)).start()  # a close that hangs does not keep the host alive
         try:
-            actor.close()
+            hosted.actor.close()
         finally:
             os._exit(0)
 

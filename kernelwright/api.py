@@ -335,12 +335,14 @@ def start_run(problem: str | Path, *, seed_kernel: str | Path | None = None, con
 
 
 def resume_run(run_id: str, *, runs_dir: str | Path = "runs", models: dict[str, BaseChatModel] | None = None,
-               device: str | None = None, cluster: str | None = None, actors: int | None = None) -> RunHandle:
+               device: str | None = None, cluster: str | None = None, actors: int | None = None,
+               hosts: str | None = None) -> RunHandle:
     """The handle of an existing run, to continue it from its last checkpoint with its saved config.
 
     The run may move: `cluster` (with `actors`, and `device` for the actors' kind) evaluates on that Ray
     cluster from now on; `device` alone evaluates here, on those devices, and leaves any saved cluster. The
-    new place is saved in run.json. Nothing given: where the run was."""
+    new place is saved in run.json. Nothing given: where the run was. `hosts` changes how local devices are
+    hosted (`RunConfig.hosts`), saved the same way."""
     try:
         run = RunStore(runs_dir).open(run_id)
         saved = run.info().config
@@ -348,7 +350,9 @@ def resume_run(run_id: str, *, runs_dir: str | Path = "runs", models: dict[str, 
     except (RunError, ValueError) as e:  # ValueError: a run.json this version cannot read
         raise UsageError(str(e).splitlines()[0]) from None
     check_config(config, models)
-    moved = device is not None or cluster is not None or actors is not None
+    moved = device is not None or cluster is not None or actors is not None or hosts is not None
+    if hosts is not None:
+        config.hosts = hosts
     if cluster:
         config.cluster, config.device, config.actors = cluster, device or "", actors or 0
     elif device is not None:  # here; actors without a cluster are refused by settle_devices

@@ -319,7 +319,10 @@ def run_bench(suite: Path, out: Path, *, kernels: Path | None = None, optimize_c
             slot = ray_cluster.slot(kind, name=f"bench/{dev}")
         elif kernels is not None and (hosts == "on" or (hosts == "auto" and len(devices) > 1)):
             slot = LocalSlot(dev, name=f"bench/{dev}")
-        placement = {"device": kind, "cluster": cluster, "actors": 1} if cluster else {"device": dev, "hosts": hosts}
+        # with several GPUs, each problem's run (one GPU) is judged in a host process, as `optimize` would judge
+        # a run spread over them: in bench's one process the GPUs would compete for one interpreter
+        local = "on" if hosts == "auto" and len(devices) > 1 else hosts
+        placement = {"device": kind, "cluster": cluster, "actors": 1} if cluster else {"device": dev, "hosts": local}
         try:
             drain(dev, slot, placement)
         finally:

@@ -222,8 +222,9 @@ BranchesOpt = Annotated[int, typer.Option(min=1, max=64, help="parents per gener
 ClusterOpt = Annotated[Optional[str], typer.Option(help="evaluate on a running Ray cluster: ray (this machine's), ray://HOST:PORT "
                                                         "or HOST:PORT; --device then says cuda (one GPU per actor) or cpu")]
 ActorsOpt = Annotated[Optional[int], typer.Option(min=1, help="with --cluster: evaluation actors (default: one per GPU of the cluster)")]
-HostsFlag = Annotated[HostsOpt, typer.Option("--hosts", help="judge each GPU in a process of its own (auto: when there "
-                                                             "are several GPUs; off: all in this process)")]
+HostsFlag = Annotated[Optional[HostsOpt], typer.Option("--hosts", help="judge each GPU in a process of its own (auto, "
+                                                                       "the default: when there are several GPUs; off: "
+                                                                       "all in this process); with --resume, change it")]
 DeviceOpt = Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N or cuda:0,cuda:1 (default: cuda when a GPU is "
                                                       "present); with --resume, move the run here")]
 PrecisionFlag = Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract")]
@@ -258,7 +259,7 @@ def optimize_cmd(
                                                    "decides (kernelwright chat --attach RUN_ID, or the MCP server)")] = ReviewOpt.none,
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
-    hosts: HostsFlag = HostsOpt.auto,
+    hosts: HostsFlag = None,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive."""
     from kernelwright import optimize as opt
@@ -269,7 +270,7 @@ def optimize_cmd(
             iterations=iterations, time_budget=time_budget, branches=branches, device=device,
             precision=precision.value if precision else None, trials=trials, run_dir=run_dir, resume=resume,
             console=out, token_budget=token_budget, cost_budget=cost_budget, prices=price or [], profile=profile.value,
-            review=review.value, cluster=cluster, actors=actors, hosts=hosts.value,
+            review=review.value, cluster=cluster, actors=actors, hosts=hosts.value if hosts else None,
         )
     except opt.UsageError as e:
         raise _usage_error(str(e)) from None
@@ -533,7 +534,7 @@ def bench_cmd(
     compile_mode: Annotated[CompileMode, typer.Option(help="torch.compile mode of the compiled baseline")] = CompileMode.default,
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
-    hosts: HostsFlag = HostsOpt.auto,
+    hosts: HostsFlag = None,
 ) -> None:
     """A KernelBench-style benchmark: judge a folder of kernels (--kernels) or run the loop on each problem
     (--optimize) over a suite; per-problem verdicts and times, fast_p against eager and torch.compile."""
@@ -561,7 +562,7 @@ def bench_cmd(
         for row in run_bench(suite, out_dir, kernels=kernels, optimize_config=config, seed_kernels=seed_kernels,
                              levels=wanted, pattern=problems, device=device, resume=resume, trials=trials,
                              compile_mode=_mode(compile_mode), cluster=cluster, actors=actors,
-                             hosts=hosts.value):
+                             hosts=hosts.value if hosts else "auto"):
             sp = (f"{row.speedup_vs_eager:.2f}× eager, " if row.speedup_vs_eager is not None else "") + (
                 f"{row.speedup_vs_compile:.2f}× torch.compile" if row.speedup_vs_compile is not None else "")
             out.print(f"{row.problem}: {row.verdict} ({row.reason}){' ' + sp if sp else ''}"

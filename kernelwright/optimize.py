@@ -97,11 +97,12 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                  console: Console, token_budget: int | None = None, cost_budget: float | None = None,
                  prices: list[str] | None = None, models: dict[str, Any] | None = None,
                  profile: str = "auto", review: str = "none", cluster: str | None = None,
-                 actors: int | None = None, hosts: str = "auto") -> Summary:
+                 actors: int | None = None, hosts: str | None = None) -> Summary:
     """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
     view, and the first Ctrl-C asks it to stop after the generation in flight."""
     if resume:
-        handle = api.resume_run(resume, runs_dir=run_dir, models=models, device=device, cluster=cluster, actors=actors)
+        handle = api.resume_run(resume, runs_dir=run_dir, models=models, device=device, cluster=cluster, actors=actors,
+                                hosts=hosts)
     else:
         if problem is None:
             raise UsageError("give a problem file (or --resume RUN_ID)")
@@ -110,7 +111,7 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
         config = build_config(model=model, base_url=base_url, role_models=role_models, iterations=iterations,
                               time_budget=time_budget, branches=branches, device=device, precision=precision,
                               trials=trials, token_budget=token_budget, cost_budget=cost_budget, prices=prices,
-                              profile=profile, review=review, cluster=cluster, actors=actors, hosts=hosts)
+                              profile=profile, review=review, cluster=cluster, actors=actors, hosts=hosts or "auto")
         handle = api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir, models=models)
     previous = signal.getsignal(signal.SIGINT)
 

@@ -45,16 +45,24 @@ def _children(pid: int) -> list[int]:
 
 
 def _hosts() -> list[int]:
-    """Every device host process of this machine started by this test process's descendants."""
-    pids = []
+    """The device host processes among this test process's descendants (not other sessions' hosts)."""
+    kids: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if b"kernelwright.evaluators.hosts" in (d / "cmdline").read_bytes():
-                    pids.append(int(d.name))
-            except OSError:
+                kids.setdefault(int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(d.name))
+            except (OSError, IndexError, ValueError):
                 continue
-    return pids
+    out, todo = [], list(kids.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        todo += kids.get(pid, [])
+        try:
+            if b"kernelwright.evaluators.hosts" in Path(f"/proc/{pid}/cmdline").read_bytes() and _alive(pid):
+                out.append(pid)
+        except OSError:
+            continue
+    return out
 
 
 def _alive(pid: int) -> bool:
@@ -144,20 +152,59 @@ def test_a_host_ends_with_its_driver(tmp_path: Path) -> None:
         import sys, time
         from kernelwright.evaluators.hosts import LocalSlot
         slot = LocalSlot("cpu")
-        slot.actor()
-        print(slot.hello["pid"], flush=True)
+        host, _ = slot.actor()
+        print(slot.hello["pid"], host.folder, flush=True)
         time.sleep(600)
     """))
     proc = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        host = int(proc.stdout.readline())
-        assert _alive(host)
+        pid, folder = proc.stdout.readline().split()
+        host = int(pid)
+        assert _alive(host) and Path(folder, "s").exists()
         proc.kill()  # no goodbye: the host learns from its stdin
         proc.wait(30)
         assert _wait_gone(host), "the host outlived its driver"
+        assert not Path(folder).exists()  # nor is its socket left behind
     finally:
         proc.kill()
+
+
+def test_a_host_ignores_the_terminals_ctrl_c_and_the_drivers_current_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "triton.py").write_text("__version__ = 'SHADOWED'\n")
+    monkeypatch.chdir(tmp_path)
+    slot = LocalSlot("cpu", name="session")
+    try:
+        slot.actor()
+        pid = slot.hello["pid"]
+        assert slot.hello["triton"] != "SHADOWED"  # the installed triton, not the file where the driver stands
+        assert os.getsid(pid) != os.getsid(0)  # not in the terminal's session: Ctrl-C is the driver's
+        os.kill(pid, signal.SIGINT)
+        time.sleep(1)
+        assert _alive(pid) and slot.call("hello")["pid"] == pid
+    finally:
+        slot.close()
+
+
+def test_a_host_that_stops_answering_is_killed_at_its_deadline_and_closing_it_does_not_wait() -> None:
+    slot = LocalSlot("cpu", name="stopped", retries=0, call_timeout_s=3, close_timeout_s=3)
+    ev = slot.evaluator(load_problem(HONEST / "relu_problem.py"), EvalPolicy(trials=1))
+    try:
+        slot.actor()
+        pid = slot.hello["pid"]
+        os.kill(pid, signal.SIGSTOP)  # frozen: a wedged host, as a GPU hang would leave it
+        t0 = time.monotonic()
+        result = ev.evaluate((HONEST / "relu_candidate.py").read_text())
+        assert time.monotonic() - t0 < 15
+        assert result.verdict == "error" and "gave no answer within 3 s" in result.detail, result.detail
+        assert _wait_gone(pid)
+        slot.actor()  # a fresh host, frozen too: closing the slot gives up on it after close_timeout_s
+        os.kill(slot.hello["pid"], signal.SIGSTOP)
+        t0 = time.monotonic()
+    finally:
+        slot.close()
+    assert time.monotonic() - t0 < 15 and not _hosts()
 
 
 @pytest.mark.timeout(600)
