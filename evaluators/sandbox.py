@@ -9,7 +9,12 @@ every process it starts:
   cannot rewrite the evaluator's sources, a run's archive or anything else on disk, whatever API it finds;
 - reads of the system and the Python installation, but not of other processes' /proc entries (their
   environments hold API keys and tokens), home directories, /run or raw devices;
-- no TCP connect or bind; no signals to, or abstract-socket connections with, processes outside it.
+- no TCP connect or bind; no signals to, or abstract-socket connections with, processes outside it;
+- no new Unix or IP socket at all (a seccomp filter, any kernel since 3.17): Landlock does not govern
+  connecting to a *pathname* Unix socket, and a candidate that reached one could drive whatever listens there
+  (a Ray node's raylet, which runs tasks outside the sandbox; Docker's socket; an ssh agent), nor TCP before
+  Landlock ABI 4. io_uring, which could open sockets past the filter, is refused too. The worker's own channel
+  to the judge was opened before and stays usable.
 
 Best effort: where the kernel has no Landlock (before Linux 5.13, gVisor, or disabled) it confines nothing
 and says why; the scrubbed environment, the guards and the trusted-side checks still apply. The verdict
@@ -137,12 +142,66 @@ class _Landlock:
 
 _LANDLOCK: _Landlock | None = None
 
+# seccomp: a classic BPF program over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}
+_SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
+_SOCKET_SYSCALL = {"x86_64": 41, "aarch64": 198}
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_IO_URING_SETUP = 425  # the same on both
+_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+_RET_ALLOW, _RET_EACCES = 0x7FFF0000, 0x00050000 | 13
+_LD_ABS_W, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_REFUSED_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
+
+
+def _socket_filter(machine: str) -> bytes:
+    """The filter: on this architecture, socket(AF_UNIX | AF_INET | AF_INET6, ...) and io_uring_setup fail
+    with EACCES (as do x32 system calls on x86_64); everything else is allowed."""
+    ins = [
+        (_LD_ABS_W, 0, 0, 4),                                  # 0: arch
+        (_JEQ_K, 0, 8, _AUDIT_ARCH[machine]),                  # 1: another architecture's call: allow (10)
+        (_LD_ABS_W, 0, 0, 0),                                  # 2: nr
+        (_JGE_K, 7, 0, 0x40000000),                            # 3: x32: refuse (11)
+        (_JEQ_K, 6, 0, _IO_URING_SETUP),                       # 4: refuse (11)
+        (_JEQ_K, 0, 4, _SOCKET_SYSCALL[machine]),              # 5: not socket(): allow (10)
+        (_LD_ABS_W, 0, 0, 16),                                 # 6: args[0], the family (low word)
+        (_JEQ_K, 3, 0, _REFUSED_FAMILIES[0]),                  # 7: refuse (11)
+        (_JEQ_K, 2, 0, _REFUSED_FAMILIES[1]),                  # 8: refuse (11)
+        (_JEQ_K, 1, 0, _REFUSED_FAMILIES[2]),                  # 9: refuse (11)
+        (_RET_K, 0, 0, _RET_ALLOW),                            # 10
+        (_RET_K, 0, 0, _RET_EACCES),                           # 11
+    ]
+    return b"".join(struct.pack("=HBBI", *i) for i in ins)
+
+
+def no_sockets() -> str:
+    """Refuse this process (every thread of it, and its future children) new Unix and IP sockets; one line
+    saying what was done or why not. Sets no_new_privs, as Landlock does."""
+    machine = os.uname().machine
+    if not sys.platform.startswith("linux") or machine not in _SECCOMP_SYSCALL or sys.byteorder != "little":
+        return f"no seccomp filter for {sys.platform}/{machine}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"no seccomp filter: no_new_privs refused ({os.strerror(ctypes.get_errno())})"
+    code = _socket_filter(machine)
+    filt = ctypes.create_string_buffer(code, len(code))
+    prog = ctypes.create_string_buffer(struct.pack("=HxxxxxxQ", len(code) // 8, ctypes.addressof(filt)), 16)
+    for flags in (_SECCOMP_FILTER_FLAG_TSYNC, 0):  # every thread if it can, else this one and its children
+        if libc.syscall(_SECCOMP_SYSCALL[machine], _SECCOMP_SET_MODE_FILTER, flags, prog) == 0:
+            return "no new sockets" + ("" if flags else " (this thread)")
+    return f"no seccomp filter: {os.strerror(ctypes.get_errno())}"
+
 
 def confine(scratch: str, device: str) -> str:
     """Confine this process (and its future children); return one line saying what was done or why not.
 
     Call from the thread that will run candidate code (the worker's main thread), before importing it.
     """
+    landlock = _confine(scratch, device)
+    return f"{landlock}; {no_sockets()}"
+
+
+def _confine(scratch: str, device: str) -> str:
     global _LANDLOCK
     if not sys.platform.startswith("linux"):
         return "unavailable: Landlock needs Linux"

@@ -1,0 +1,78 @@
+"""Class 26: a candidate that opens a socket. Landlock does not govern connecting to a pathname Unix socket
+(a Ray node's raylet, Docker's socket, an ssh agent listen on such sockets), nor TCP before its ABI 4; the
+sandbox's seccomp filter refuses the worker any new Unix or IP socket. The test listens on both kinds itself,
+and the candidate, with the static filter off, tries to reach them from `forward` and says what it got."""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+from kernelwright.evaluators import EvalPolicy, Evaluator, load_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM = ROOT / "adversarial" / "problems" / "relu.py"
+CANDIDATE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=m)
+
+
+S = torch.sys.modules["socket"]  # the worker's own, past the import guard (which refuses `import socket`)
+
+
+def reach(family, address):
+    s = S
+    try:
+        c = s.socket(family, s.SOCK_STREAM)
+        c.settimeout(2)
+        c.connect(address)
+        c.sendall(b"hello from the candidate")
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        raise RuntimeError(f"NET unix={reach(S.AF_UNIX, UNIX_PATH)} tcp={reach(S.AF_INET, ('127.0.0.1', TCP_PORT))}.")
+'''
+
+
+def test_a_candidate_reaches_no_unix_or_tcp_socket(tmp_path: Path, test_device: str) -> None:
+    unix_path = str(tmp_path / "service.sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(unix_path)
+    unix.listen()
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen()
+    source = f"UNIX_PATH = {unix_path!r}\nTCP_PORT = {tcp.getsockname()[1]}\n" + CANDIDATE
+    try:
+        with Evaluator(load_problem(PROBLEM), test_device, EvalPolicy(trials=1, static_check=False, spares=0)) as ev:
+            result = ev.evaluate(source)
+        got = re.search(r"NET unix=(\w+) tcp=(\w+)\.", result.detail)
+        assert got is not None, f"the candidate did not run as intended: {result.verdict} {result.detail[:500]}"
+        sandbox = next((c.detail for c in result.checks if c.name == "sandbox"), "")
+        if "no new sockets" not in sandbox:
+            pytest.skip(f"no seccomp filter on this machine: {sandbox}")
+        assert got.groups() == ("PermissionError",) * 2, got.group(0)
+        for listener in (unix, tcp):  # and nothing knocked
+            listener.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                listener.accept()
+    finally:
+        unix.close()
+        tcp.close()
