@@ -311,18 +311,20 @@ def run_bench(suite: Path, out: Path, *, kernels: Path | None = None, optimize_c
     finished: queue.Queue[BenchRow | BaseException] = queue.Queue()
     lock = threading.Lock()
 
+    hosted = hosts == "on" or (hosts == "auto" and len(devices) > 1)
+
     def work(dev: str) -> None:
         # on a cluster, a judging worker keeps one actor (one GPU) for all its problems; an optimizing one
         # gives each problem's run an actor of its own
+        # with several GPUs each device is judged in a host process (a judging worker's slot, or each problem's
+        # run: one GPU, which `auto` would keep in bench's process, where the GPUs compete for one interpreter)
         slot: Slot | None = None
         if kernels is not None and cluster:
             slot = ray_cluster.slot(kind, name=f"bench/{dev}")
-        elif kernels is not None and (hosts == "on" or (hosts == "auto" and len(devices) > 1)):
+        elif kernels is not None and hosted:
             slot = LocalSlot(dev, name=f"bench/{dev}")
-        # with several GPUs, each problem's run (one GPU) is judged in a host process, as `optimize` would judge
-        # a run spread over them: in bench's one process the GPUs would compete for one interpreter
-        local = "on" if hosts == "auto" and len(devices) > 1 else hosts
-        placement = {"device": kind, "cluster": cluster, "actors": 1} if cluster else {"device": dev, "hosts": local}
+        placement = {"device": kind, "cluster": cluster, "actors": 1} if cluster else \
+            {"device": dev, "hosts": "on" if hosted else hosts}
         try:
             drain(dev, slot, placement)
         finally:

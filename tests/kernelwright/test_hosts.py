@@ -32,20 +32,8 @@ ADV = ROOT / "tests" / "adversarial"
 PLANTED = "sk-driver-planted-0123456789"
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(d.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
-
-
-def _hosts() -> list[int]:
-    """The device host processes among this test process's descendants (not other sessions' hosts)."""
+def _kids() -> dict[int, list[int]]:
+    """Every process's children, from /proc."""
     kids: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -53,6 +41,16 @@ def _hosts() -> list[int]:
                 kids.setdefault(int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(d.name))
             except (OSError, IndexError, ValueError):
                 continue
+    return kids
+
+
+def _children(pid: int) -> list[int]:
+    return _kids().get(pid, [])
+
+
+def _hosts() -> list[int]:
+    """The device host processes among this test process's descendants (not other sessions' hosts)."""
+    kids = _kids()
     out, todo = [], list(kids.get(os.getpid(), []))
     while todo:
         pid = todo.pop()
