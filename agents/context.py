@@ -51,6 +51,7 @@ class RunConfig:
     prices: dict[str, list[float]] = field(default_factory=dict)
     """model spec -> [USD per million input tokens, per million output tokens]"""
     plateau_steps: int = 20
+    """stop after this many steps without a new elite, and never before two generations (`plateau`)"""
     roofline_target: float | None = 0.9
     trials: int = 5
     model: str = "builtin"
@@ -109,6 +110,11 @@ class RunConfig:
         if self.spares > 0:
             return self.spares
         return max(1, min(MAX_AUTO_SPARES, -(-self.branches // len(self.places()))))
+
+    def plateau(self) -> int:
+        """Steps without a new elite after which the search stops: `plateau_steps`, but at least two generations,
+        so that a wide generation (32 branches against the default 20) is never the only one a run gets."""
+        return max(self.plateau_steps, 2 * self.branches)
 
     def uses_hosts(self) -> bool:
         """Whether each local device is judged in a host process of its own (`hosts`)."""

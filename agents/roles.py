@@ -522,7 +522,7 @@ def archive_step(state: State, ctx: RunContext) -> State:
     elif cfg.cost_budget_usd is not None and spent["cost_usd"] >= cfg.cost_budget_usd:
         stop = f"cost budget reached (${spent['cost_usd']:.4f} of ${cfg.cost_budget_usd:.4f})"
     else:
-        stop = stop_reason(archive, plateau_steps=cfg.plateau_steps, roofline_target=cfg.roofline_target)
+        stop = stop_reason(archive, plateau_steps=cfg.plateau(), roofline_target=cfg.roofline_target)
         # a model that proposed nothing this time may next time (each such step still spends the budget);
         # the builtin catalog proposing nothing means it is exhausted
         if stop is None and results and all(not r.get("proposal") and "strategist" not in (r.get("llm") or {})

@@ -137,6 +137,17 @@ def test_each_device_keeps_a_spare_worker_per_branch_it_takes() -> None:
     assert RunConfig(device="cuda:0", branches=64, spares=3).spares_per_device() == 3
 
 
+def test_a_plateau_never_ends_a_run_within_its_first_two_generations() -> None:
+    """32 branches without an elite in one generation are no plateau: the default of 20 steps would have ended
+    such a run after its first generation (it did, on two H200s)."""
+    from kernelwright.agents.context import RunConfig
+
+    assert RunConfig(branches=2).plateau() == 20
+    assert RunConfig(branches=32).plateau() == 64
+    assert RunConfig(branches=4, plateau_steps=5).plateau() == 8
+    assert RunConfig(branches=1, plateau_steps=10 ** 6).plateau() == 10 ** 6
+
+
 def test_a_device_list_mixing_kinds_is_a_usage_error(tmp_path: Path) -> None:
     p = optimize(tmp_path, str(PROBLEM), "--seed-kernel", str(SEED), "--device", "cpu,cuda:0")
     assert p.returncode == 2 and "--device" in p.stderr and "Traceback" not in p.stderr
