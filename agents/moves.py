@@ -32,6 +32,7 @@ Applying a move rewrites exactly the knob's literals and nothing else. Pure func
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 from dataclasses import dataclass, field
@@ -373,6 +374,18 @@ def _configs(dec: ast.Call):
 
 def knobs(source: str) -> dict[str, Knob]:
     """Every integer tuning knob of the source, by id (see the module docstring), in source order."""
+    return dict(_knobs(source))
+
+
+@functools.lru_cache(maxsize=512)
+def _knobs(source: str) -> tuple[tuple[str, Knob], ...]:
+    """`knobs`, remembered by source: reading a kernel's AST takes tens of milliseconds, and a generation asks
+    for the knobs of every kernel on each branch's lineage (32 branches: a thousand reads). A pure function of
+    the source, and `Knob` is frozen, so one run's answers are any run's."""
+    return tuple(_read_knobs(source).items())
+
+
+def _read_knobs(source: str) -> dict[str, Knob]:
     try:
         tree = ast.parse(source)
     except SyntaxError:

@@ -242,6 +242,24 @@ def test_lineage_gains_read_launch_ids_and_pair_keys() -> None:
     assert p is not None and move_kind(move_for(SOFTMAX, p)) == "tiling-&warps+"
 
 
+def test_a_kernel_is_read_once_however_many_branches_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every branch of a generation asks for the knobs of every kernel on its lineage (`lineage_gains`): on two
+    H200s with 32 branches that was 10 s of AST reading between generations, the GPUs idle. Each source is now
+    read once, and each caller still gets a dict of its own."""
+    from kernelwright.agents import moves
+
+    reads: list[str] = []
+    real = moves._read_knobs
+    monkeypatch.setattr(moves, "_read_knobs", lambda src: reads.append(src) or real(src))
+    moves._knobs.cache_clear()
+    source = SOFTMAX + "\n# read once\n"
+    first = knobs(source)
+    first.pop(BLOCK)  # a caller's own copy
+    for _ in range(32):
+        assert list(knobs(source)) == [BLOCK, "_row_stats.num_warps", "_normalize.num_warps"]
+    assert reads == [source]
+
+
 # -- the strategist end to end, and when nothing is left -----------------------------------------------------
 
 
