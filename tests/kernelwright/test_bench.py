@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,29 +15,14 @@ from typer.testing import CliRunner
 from kernelwright.bench import BenchRow, figures_markdown, summarize
 from kernelwright.cli import app
 
-ROOT = Path(__file__).resolve().parents[2]
-HONEST = ROOT / "tests" / "kernels" / "honest"
-ADV = ROOT / "tests" / "adversarial"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kb_suite import HONEST, ROOT, write_suite  # noqa: E402
 
 
 @pytest.fixture()
 def suite(tmp_path: Path) -> tuple[Path, Path]:
-    s, k = tmp_path / "suite", tmp_path / "kernels"
-    layout = {  # problem file in the suite -> (its source, the kernel for it or None)
-        "level1/1_ReLU.py": (HONEST / "relu_problem.py", HONEST / "relu_candidate.py"),
-        "level1/2_ReLU_signs.py": (ADV / "problems" / "relu.py", ADV / "candidates" / "a05_identity_relu.py"),
-        "level1/3_Softmax.py": (ADV / "problems" / "softmax_wide.py", ADV / "candidates" / "a01_aten_ops.py"),
-        "level1/4_RowSum.py": (HONEST / "row_sum_problem.py", None),
-        "level2/1_ReLU.py": (HONEST / "relu_problem.py", HONEST / "relu_candidate.py"),
-    }
-    for name, (problem, kernel) in layout.items():
-        (s / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(problem, s / name)
-        if kernel is not None:
-            dest = k / name if name != "level1/1_ReLU.py" else k / "level1" / "1_ReLU_triton.py"  # both namings
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(kernel, dest)
-    return s, k
+    return write_suite(tmp_path, {"level2/1_ReLU.py": (HONEST / "relu_problem.py", HONEST / "relu_candidate.py")},
+                       kernel_names={"level1/1_ReLU.py": "level1/1_ReLU_triton.py"})  # both namings
 
 
 @pytest.mark.timeout(600)

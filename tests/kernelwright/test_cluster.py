@@ -28,9 +28,9 @@ from kernelwright.cli import app  # noqa: E402
 from kernelwright.evaluators import EvalPolicy, load_problem  # noqa: E402
 from kernelwright.evaluators.cluster import Slot, SlotLost, connect  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-HONEST = ROOT / "tests" / "kernels" / "honest"
-ADV = ROOT / "tests" / "adversarial"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kb_suite import HONEST, write_suite  # noqa: E402
+
 PLANTED = "sk-planted-on-the-node-0123456789"
 CPUS = 4
 
@@ -287,21 +287,7 @@ def test_a_stopped_run_resumes_elsewhere_when_its_cluster_is_gone(cluster: str, 
 
 
 def _suite(tmp_path: Path) -> tuple[Path, Path]:
-    s, k = tmp_path / "suite", tmp_path / "kernels"
-    layout = {
-        "level1/1_ReLU.py": (HONEST / "relu_problem.py", HONEST / "relu_candidate.py"),
-        "level1/2_ReLU_signs.py": (ADV / "problems" / "relu.py", ADV / "candidates" / "a05_identity_relu.py"),
-        "level1/3_Softmax.py": (ADV / "problems" / "softmax_wide.py", ADV / "candidates" / "a01_aten_ops.py"),
-        "level1/4_RowSum.py": (HONEST / "row_sum_problem.py", None),
-        "level1/5_ReLU_again.py": (HONEST / "relu_problem.py", HONEST / "relu_candidate.py"),
-    }
-    for name, (problem, kernel) in layout.items():
-        (s / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(problem, s / name)
-        if kernel is not None:
-            (k / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(kernel, k / name)
-    return s, k
+    return write_suite(tmp_path, {"level1/5_ReLU_again.py": (HONEST / "relu_problem.py", HONEST / "relu_candidate.py")})
 
 
 @pytest.mark.timeout(600)
