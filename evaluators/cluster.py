@@ -62,6 +62,11 @@ class SlotLost(Exception):
     """Every actor tried for one call was lost; the message says how."""
 
 
+class Unplaceable(SlotLost):
+    """No node of the cluster took a new actor within the placement timeout: the cluster has no room for this
+    slot now (a node lost and none in its place), which another slot's actor may make up for."""
+
+
 class Lost(Exception):
     """One actor (or device host) is gone or gave no answer in time; the message says how. `Slot.call` replaces
     it and tries again."""
@@ -211,7 +216,8 @@ class EvalActor:
         import triton
 
         gpu = torch.cuda.get_device_name(self.device) if self.kind == "cuda" and torch.cuda.is_available() else None
-        return {"host": socket.gethostname(), "pid": os.getpid(), "kernelwright": version(),
+        return {"host": socket.gethostname(), "node": _ray_node() if self.tag == "ray" else None,
+                "pid": os.getpid(), "kernelwright": version(),
                 "torch": torch.__version__, "triton": triton.__version__, "gpu": gpu, "device": self.device,
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "removed": self.removed,
                 "secret_names": sorted(k for k in os.environ if SECRETISH.search(k))}
@@ -245,7 +251,8 @@ class EvalActor:
         else:
             result = ev.evaluate(source, quick=quick)
         if self.tag == "ray":
-            result.versions.update(ray_host=socket.gethostname(), ray_actor_pid=str(os.getpid()))
+            result.versions.update(ray_host=socket.gethostname(), ray_node=_ray_node(),
+                                   ray_actor_pid=str(os.getpid()))
         else:
             result.versions.update(host_pid=str(os.getpid()))
         return result.model_dump(mode="json")
@@ -268,6 +275,13 @@ def _ray_gpu_ids() -> list[Any]:
     import ray
 
     return list(ray.get_gpu_ids())
+
+
+def _ray_node() -> str:
+    """The Ray node this actor runs on (its id), which tells nodes of one machine apart where the host cannot."""
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
 
 
 # -- the driver's side ------------------------------------------------------------------------------------
@@ -324,6 +338,8 @@ class Slot:
         """one line per actor this slot lost, oldest first"""
         self._fatal: ClusterError | None = None
         self._closed = False
+        self.unplaceable_at: float | None = None
+        """when (monotonic) the last start found no room in the cluster; None once an actor started"""
 
     def _start(self) -> Any:
         import ray
@@ -339,8 +355,9 @@ class Slot:
             hello = ray.get(actor.hello.remote(), timeout=self.placement_timeout_s)
         except ray.exceptions.GetTimeoutError:
             _kill(actor)
-            raise SlotLost(f"no {what} of the Ray cluster at {self.cluster.address} took a new evaluation actor "
-                           f"within {self.placement_timeout_s:g} s (all in use, or the node is gone)") from None
+            self.unplaceable_at = time.monotonic()
+            raise Unplaceable(f"no {what} of the Ray cluster at {self.cluster.address} took a new evaluation actor "
+                              f"within {self.placement_timeout_s:g} s (all in use, or the node is gone)") from None
         except Exception as e:  # noqa: BLE001 - any failure to start is a lost actor
             _kill(actor)
             raise SlotLost(f"a new evaluation actor failed to start: {first_line(e)}") from None
@@ -356,6 +373,7 @@ class Slot:
             log.warning("the Ray node %s gave its actors secret-looking variables (%s); the actor removed them, "
                         "but start the cluster without them", hello["host"], ", ".join(hello["removed"]))
         self.hello = hello
+        self.unplaceable_at = None
         return actor
 
     def actor(self) -> tuple[Any, int]:
@@ -416,7 +434,8 @@ class Slot:
     # -- the hooks: Ray's ---------------------------------------------------------------------------------
 
     def _where(self) -> str:
-        return f"the actor on {self.hello.get('host')} (pid {self.hello.get('pid')})"
+        node = f"node {str(self.hello['node'])[:8]}, " if self.hello.get("node") else ""
+        return f"the actor on {self.hello.get('host')} ({node}pid {self.hello.get('pid')})"
 
     def _invoke(self, actor: Any, method: str, args: tuple[Any, ...]) -> Any:
         """The call on `actor`; Lost when it is gone or hung, else its result or its own exception."""

@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from kernelwright.evaluators import DeviceFacts, EvalPolicy, EvalResult, Evaluator, problem_from_source
 from kernelwright.evaluators.cluster import Cluster, RemoteEvaluator, Slot
@@ -21,6 +22,10 @@ from kernelwright.evaluators.profiling import NcuReport, Profile, ncu_unavailabl
 from .runstore import Run
 
 log = logging.getLogger(__name__)
+
+PASS_OVER_S = 600.0
+"""how long a cluster slot that found no room for a new actor (a node lost, none in its place) is passed over,
+its candidates judged by the run's other actors, before it is tried again"""
 
 
 class Evaluations:
@@ -72,7 +77,7 @@ class Evaluations:
         cached = self.cached(h)
         if cached is not None:
             return h, cached
-        result = self.evaluator(device).evaluate(source)
+        result = self._judged(device, lambda ev: ev.evaluate(source))
         if result.verdict != "error":  # a failure of the judge is not a fact about the kernel: judge it again later
             self.run.put_eval(h, result.model_dump(mode="json"))
         return h, result
@@ -100,7 +105,40 @@ class Evaluations:
         """The coder's quick check of a draft: one trial of the base inputs plus the problem's
         `get_test_inputs()` sets, every guard, no timing (`Evaluator.evaluate(quick=True)`), in this run's
         evaluator and its workers. Not cached: a draft is not a candidate, and its verdict admits nothing."""
-        return self.evaluator(device).evaluate(source, quick=True)
+        return self._judged(device, lambda ev: ev.evaluate(source, quick=True))
+
+    def _unplaceable(self, device: str) -> float | None:
+        """When `device`'s cluster slot last found no room for an actor (None: it has one, or is not a slot)."""
+        slot = getattr(self._evaluators.get(device), "slot", None)
+        return getattr(slot, "unplaceable_at", None) if device.startswith("ray:") else None
+
+    def _judged(self, device: str, judge: Callable[[Evaluator | RemoteEvaluator], EvalResult]) -> EvalResult:
+        """`judge` on `device`'s evaluator; on a cluster, when that slot finds no room for an actor (its node
+        lost, none in its place), on the run's other actors instead, so that the run neither stalls on the
+        placement timeout each time nor loses the branches of that slot. A slot passed over is tried again
+        after `PASS_OVER_S`, or when no other is left."""
+        if not device.startswith("ray:"):
+            return judge(self.evaluator(device))
+        now = time.monotonic()
+
+        def passed_over(d: str) -> bool:
+            at = self._unplaceable(d)
+            return at is not None and now - at < PASS_OVER_S
+
+        with self._lock:
+            others = sorted(d for d in self._evaluators if d.startswith("ray:") and d != device)
+        order = [d for d in others if not passed_over(d)]
+        order = [*order, device] if passed_over(device) else [device, *order]
+        result: EvalResult | None = None
+        for d in order:
+            result = judge(self.evaluator(d))
+            if result.verdict != "error" or self._unplaceable(d) is None:
+                if d != device:
+                    log.warning("%s has no actor (no room in the cluster); judged on %s instead", device, d)
+                    result.versions["judged_for"] = device
+                return result
+        assert result is not None
+        return result
 
     def facts(self, device: str) -> DeviceFacts:
         """The device's facts (`evaluators.facts`), read once per device per run."""
