@@ -165,14 +165,16 @@ class LocalSlot(Slot):
         except FutureTimeout:
             host.hung.set()
             threading.Thread(target=host.kill, daemon=True, name="kw-host-kill").start()
-            raise Lost(f"the {self.device} host process (pid {host.proc.pid}) gave no answer within "
-                       f"{timeout:g} s ({what})") from None
+            raise Lost(f"{self._named(host)} gave no answer within {timeout:g} s ({what})") from None
         except (EOFError, OSError) as e:  # anything the connection raises: the method's own come back as values
             if host.hung.is_set():
-                raise Lost(f"the {self.device} host process (pid {host.proc.pid}) gave no answer in time ({what})") from None
+                raise Lost(f"{self._named(host)} gave no answer in time ({what})") from None
             code = host.proc.poll()
-            raise Lost(f"the {self.device} host process (pid {host.proc.pid}) was lost ({first_line(e)}"
+            raise Lost(f"{self._named(host)} was lost ({first_line(e)}"
                        f"{f'; exit status {code}' if code is not None else ''}){host.last_words()}") from None
+
+    def _named(self, host: Host) -> str:
+        return f"the {self.device} host process (pid {host.proc.pid})"
 
     def _invoke(self, actor: Any, method: str, args: tuple[Any, ...]) -> Any:
         host: Host = actor

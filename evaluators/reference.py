@@ -272,12 +272,7 @@ class ReferenceSession:
         except Exception as e:  # noqa: BLE001 - out of memory with the candidate's outputs held, or worse
             log.info("PyTorch's own error on a failed draw could not be measured: %s", one_line(e))
             return "stands", None
-        err = 0.0
-        for o, g in zip(native, trial.gold):
-            if isinstance(o, torch.Tensor) and o.is_floating_point():
-                c = compare(o, g, 1.0)
-                if math.isfinite(c.max_rel):
-                    err = max(err, c.max_rel)
+        err = _native_error(native, trial.gold)
         del native
         trial.native_error, trial.native_measured = err, True
         if CALIBRATION_MARGIN * err <= trial.tolerance:
@@ -354,11 +349,7 @@ class ReferenceSession:
             if calibrating:
                 self._calibrated[family] = self._calibrated.get(family, 0) + 1
             if measured:
-                for o, g in zip(native, gold):
-                    if o.is_floating_point():
-                        c = compare(o, g, 1.0)
-                        if math.isfinite(c.max_rel):
-                            err = max(err, c.max_rel)
+                err = _native_error(native, gold)
             del native
         else:
             gold = native
@@ -369,6 +360,17 @@ class ReferenceSession:
                 return None
         return Trial(family, index, inputs, gold, meta, native_error=err,
                      native_measured=measured, calibrating=calibrating), err
+
+
+def _native_error(native: list[Any], gold: list[Any]) -> float:
+    """PyTorch's own worst relative error against the gold, over its floating-point outputs (0 when none)."""
+    err = 0.0
+    for o, g in zip(native, gold):
+        if isinstance(o, torch.Tensor) and o.is_floating_point():
+            c = compare(o, g, 1.0)
+            if math.isfinite(c.max_rel):
+                err = max(err, c.max_rel)
+    return err
 
 
 def _is_oom(e: BaseException) -> bool:

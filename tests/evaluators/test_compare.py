@@ -237,24 +237,31 @@ def test_sliced_degenerate_flags_and_bitwise_checks(tiny_chunks: None) -> None:
     assert not bitwise_equal(x, y) and fingerprint(x) != fingerprint(y)
 
 
+def _doubling(tmp_path, size: int, seed: int):
+    """A reference session of `x * 2.0` on `size` float32 values (exact in float32: PyTorch's error is 0)."""
+    import torch
+
+    from kernelwright.evaluators import load_problem
+    from kernelwright.evaluators.reference import ReferenceSession
+
+    path = tmp_path / "problem.py"
+    path.write_text("import torch, torch.nn as nn\n"
+                    "class Model(nn.Module):\n"
+                    "    def forward(self, x):\n        return x * 2.0\n"
+                    f"def get_inputs():\n    return [torch.randn({size})]\n"
+                    "def get_init_inputs():\n    return []\n")
+    return ReferenceSession(load_problem(path), torch.device("cpu"), seed=seed)
+
+
 def test_a_sensitive_family_is_calibrated_on_every_trial(tmp_path) -> None:
     """Where PyTorch's own result already deviates beyond the base tolerance (its error depends on the draw,
     e.g. sharply scaled attention logits), every trial measures PyTorch's error on its own inputs and the
     family's tolerance follows the sharpest draw so far; elsewhere only the first few trials are measured.
     (On the H100 an honest fp32 attention kernel failed a `scaled` trial whose tolerance had been set by three
     milder draws.)"""
-    import torch
+    from kernelwright.evaluators.reference import CALIBRATION_TRIALS
 
-    from kernelwright.evaluators import load_problem
-    from kernelwright.evaluators.reference import CALIBRATION_TRIALS, ReferenceSession
-
-    path = tmp_path / "problem.py"
-    path.write_text("import torch, torch.nn as nn\n"
-                    "class Model(nn.Module):\n"
-                    "    def forward(self, x):\n        return x * 2.0\n"
-                    "def get_inputs():\n    return [torch.randn(64)]\n"
-                    "def get_init_inputs():\n    return []\n")
-    ref = ReferenceSession(load_problem(path), torch.device("cpu"), seed=3)
+    ref = _doubling(tmp_path, 64, seed=3)
     b = ref.new_battery()
     n = CALIBRATION_TRIALS + 3
     plain = [ref.trial("base", i, b) for i in range(n)]
@@ -283,19 +290,11 @@ def test_a_failed_draw_of_a_calm_family_gets_a_second_look(tmp_path) -> None:
     skipped when PyTorch itself is too far off, and left as it is when PyTorch is as close as the tolerance asks.
     The base family and the problem's own test inputs never get it. (On the H100 the honest fp32 attention
     kernel failed a sharp `scaled` draw of a family whose first three draws had been mild.)"""
-    import torch
     from torch import nn
 
-    from kernelwright.evaluators import load_problem
-    from kernelwright.evaluators.reference import CALIBRATION_TRIALS, ReferenceSession
+    from kernelwright.evaluators.reference import CALIBRATION_TRIALS
 
-    path = tmp_path / "problem.py"
-    path.write_text("import torch, torch.nn as nn\n"
-                    "class Model(nn.Module):\n"
-                    "    def forward(self, x):\n        return x * 2.0\n"
-                    "def get_inputs():\n    return [torch.randn(4096)]\n"
-                    "def get_init_inputs():\n    return []\n")
-    ref = ReferenceSession(load_problem(path), torch.device("cpu"), seed=5)
+    ref = _doubling(tmp_path, 4096, seed=5)
     b = ref.new_battery()
     for i in range(CALIBRATION_TRIALS):  # the calm calibration: x * 2 is exact in float32
         assert ref.trial("scaled", i, b) is not None and ref.trial("base", i, b) is not None

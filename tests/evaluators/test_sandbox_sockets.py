@@ -18,17 +18,6 @@ PROBLEM = ROOT / "adversarial" / "problems" / "relu.py"
 CANDIDATE = '''
 import torch
 import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    x = tl.load(x_ptr + offs, mask=m)
-    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=m)
-
 
 S = torch.sys.modules["socket"]  # the worker's own, past the import guard (which refuses `import socket`)
 

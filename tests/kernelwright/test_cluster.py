@@ -30,6 +30,7 @@ from kernelwright.evaluators.cluster import Slot, SlotLost, connect  # noqa: E40
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kb_suite import HONEST, write_suite  # noqa: E402
+from proctree import descendants, signal_all  # noqa: E402
 
 PLANTED = "sk-planted-on-the-node-0123456789"
 CPUS = 4
@@ -46,23 +47,6 @@ CLIENT_PORT: list[int] = []
 
 HEAD: list[int] = []
 """the pid of this module's `ray start --block`, whose process tree is the cluster"""
-
-
-def _descendants(root: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += kids.get(pid, [])
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -97,13 +81,9 @@ def cluster() -> Iterator[str]:
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        procs = _descendants(head.pid)
+        procs = descendants(head.pid)
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in procs:
-                try:
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
+            signal_all(procs, sig)
             time.sleep(2)
         head.wait(timeout=30)
         shutil.rmtree(temp, ignore_errors=True)
@@ -113,7 +93,7 @@ def _actor_pids(method: str = "") -> list[int]:
     """This cluster's evaluation actors (Ray titles them `ray::EvalActor.<method>` while a method runs)."""
     want = f"ray::EvalActor{'.' + method if method else ''}".encode()
     pids = []
-    for pid in _descendants(HEAD[0]):
+    for pid in descendants(HEAD[0]):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:

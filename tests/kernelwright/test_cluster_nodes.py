@@ -7,8 +7,6 @@ lost actor's place is taken by an actor on the new node."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 import subprocess
 import time
@@ -24,29 +22,13 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kb_suite import HONEST  # noqa: E402
-
-
-def _descendants(root: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += kids.get(pid, [])
-    return out
+from proctree import descendants, signal_all  # noqa: E402
 
 
 def _evaluating(node: Any) -> list[int]:
     """The evaluation actors of `node` in the middle of an `evaluate` call."""
     pids = []
-    for pid in _descendants(node.all_processes["raylet"][0].process.pid):
+    for pid in descendants(_raylet(node)):
         try:
             if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::EvalActor.evaluate"):
                 pids.append(pid)
@@ -71,14 +53,19 @@ def two_nodes() -> Iterator[Cluster]:
         cluster.shutdown()
 
 
-def _lose(cluster: Cluster, node: Any) -> Any:
-    """SIGKILL the node's raylet and every process under it, then start a new node in its place."""
-    for pid in _descendants(node.all_processes["raylet"][0].process.pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+def _raylet(node: Any) -> int:
+    return node.all_processes["raylet"][0].process.pid
+
+
+def _kill(cluster: Cluster, node: Any) -> None:
+    """The node lost: its raylet and every process under it SIGKILLed, and the cluster told."""
+    signal_all(descendants(_raylet(node)))
     cluster.remove_node(node, allow_graceful=False)
+
+
+def _lose(cluster: Cluster, node: Any) -> Any:
+    """`_kill` the node, then start a new node in its place."""
+    _kill(cluster, node)
     return cluster.add_node(num_cpus=1, num_gpus=0)  # here: Ray sets signal handlers, the main thread's job
 
 
@@ -143,12 +130,7 @@ def test_a_slot_with_no_room_left_has_its_candidates_judged_by_the_other_actors(
         lost, other = on_worker[0], ({"ray:0", "ray:1"} - set(on_worker)).pop()
         for d in ("ray:0", "ray:1"):
             ev.evaluator(d).slot.placement_timeout_s = 5  # type: ignore[union-attr]
-        for pid in _descendants(worker.all_processes["raylet"][0].process.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        two_nodes.remove_node(worker, allow_graceful=False)
+        _kill(two_nodes, worker)
 
         h, again = ev.evaluate(kernel + "\n# after the loss\n", lost)
         assert again.verdict == "pass", again.detail

@@ -26,31 +26,22 @@ from kernelwright.cli import app
 from kernelwright.evaluators import EvalPolicy, load_problem
 from kernelwright.evaluators.hosts import LocalSlot
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proctree import children  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 HONEST = ROOT / "tests" / "kernels" / "honest"
 ADV = ROOT / "tests" / "adversarial"
 PLANTED = "sk-driver-planted-0123456789"
 
 
-def _kids() -> dict[int, list[int]]:
-    """Every process's children, from /proc."""
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                kids.setdefault(int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(d.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return kids
-
-
 def _children(pid: int) -> list[int]:
-    return _kids().get(pid, [])
+    return children().get(pid, [])
 
 
 def _hosts() -> list[int]:
     """The device host processes among this test process's descendants (not other sessions' hosts)."""
-    kids = _kids()
+    kids = children()
     out, todo = [], list(kids.get(os.getpid(), []))
     while todo:
         pid = todo.pop()
