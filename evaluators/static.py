@@ -77,6 +77,44 @@ class StaticViolation:
         return f"line {self.line}: {self.message} (rule {self.rule})"
 
 
+ATTRIBUTE_GETTERS = {"operator.attrgetter", "operator.methodcaller"}
+"""Callables that read an attribute named by a string (`attrgetter("a.b")(obj)` is `obj.a.b`)."""
+
+VALUE_USE_RULES = {**FORBIDDEN_CALLS, "getattr": "dynamic_attribute"}
+"""Builtins judged when the function itself is handed on (`partial(getattr, torch, name)`, `partial(open, path)`
+given to a decorator, `map(setattr, ...)`): a use as a value is judged like the call it stands for, unless the
+source binds the name itself (a parameter called `input`)."""
+
+
+def _const_str(node: ast.AST | None) -> str | None:
+    """The value of a string the source spells out: a literal, `+` of such strings, an f-string of them, or
+    `"sep".join([...])` of them. None for anything computed at run time."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _const_str(node.left), _const_str(node.right)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.FormattedValue):
+                if value.conversion != -1 or value.format_spec is not None:
+                    return None
+                value = value.value
+            text = _const_str(value)
+            if text is None:
+                return None
+            parts.append(text)
+        return "".join(parts)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join" \
+            and len(node.args) == 1 and not node.keywords and isinstance(node.args[0], (ast.List, ast.Tuple)):
+        sep = _const_str(node.func.value)
+        items = [_const_str(e) for e in node.args[0].elts]
+        if sep is not None and all(i is not None for i in items):
+            return sep.join(items)  # type: ignore[arg-type]
+    return None
+
+
 def _dotted(node: ast.AST) -> str | None:
     parts = []
     while isinstance(node, ast.Attribute):
@@ -126,10 +164,13 @@ def _attribute_rule(path: str) -> str | None:
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, allow_streams: bool) -> None:
+    def __init__(self, allow_streams: bool, bound: set[str] | None = None) -> None:
         self.allow_streams = allow_streams
         self.violations: list[StaticViolation] = []
         self.aliases: dict[str, str] = {}  # local name -> module it is bound to
+        self.getters: dict[str, list[str]] = {}  # local name -> the attribute names of an attrgetter bound to it
+        self.called: set[int] = set()  # ids of the expressions in a call's function position
+        self.bound = bound or set()  # every name the source binds (a parameter called `input` is no builtin)
 
     def flag(self, node: ast.AST, rule: str, message: str) -> None:
         self.violations.append(StaticViolation(rule, getattr(node, "lineno", 0), message))
@@ -173,28 +214,131 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
+        self.called.add(id(node.func))
         if isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
             name = node.func.id
             self.flag(node, FORBIDDEN_CALLS[name], f"calls {name}()")
-        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2:
-            attr = node.args[1]
-            if not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)):
-                self.flag(node, "dynamic_attribute", "calls getattr() with a computed attribute name")
-            elif attr.value in FORBIDDEN_ATTRIBUTES:
-                self.flag(node, "forbidden_attribute", f"reads attribute {attr.value!r} through getattr()")
-            else:
-                # getattr(torch.cuda, "Stream") is torch.cuda.Stream: judge the path it names
-                base = self._resolve(_dotted(node.args[0]))
-                if base and self._known_root(base):
-                    path = f"{base}.{attr.value}"
-                    rule = _attribute_rule(path)
-                    if rule and not _attribute_rule(base):
-                        self.flag(node, rule, f"reaches {path} through getattr(), which candidates may not use")
-                    self._judge_path(node, path, "reaches")
-        target = self._resolve(_dotted(node.func))
-        if target:
-            self._judge_path(node, target, "calls")
+        func = self._resolve(_dotted(node.func))
+        if func == "getattr" and len(node.args) >= 2:
+            self._judge_named(node, node.args[0], node.args[1], "getattr()")
+        elif func in ATTRIBUTE_GETTERS:
+            self._judge_getter(node, func, node.args)
+        elif isinstance(node.func, ast.Call) and self._resolve(_dotted(node.func.func)) in ATTRIBUTE_GETTERS:
+            # attrgetter("a.b")(obj): the strings are judged from obj (the getter itself, in its own visit)
+            getter = self._resolve(_dotted(node.func.func))
+            if node.args:
+                for text in self._getter_names(getter, node.func.args):
+                    self._judge_reach(node, node.args[0], text, f"{getter.rsplit('.', 1)[1]}()")
+        elif isinstance(node.func, ast.Name) and node.func.id in self.getters and node.args:
+            for text in self.getters[node.func.id]:
+                self._judge_reach(node, node.args[0], text, "attrgetter()")
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "__getattribute__" and node.args:
+            # obj.__getattribute__("name") or type.__getattribute__(obj, "name")
+            obj, name = (node.func.value, node.args[0]) if len(node.args) == 1 else (node.args[0], node.args[1])
+            self._judge_named(node, obj, name, "__getattribute__()")
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args \
+                and self._namespace_of(node.func.value) is not None:
+            self._judge_named(node, self._namespace_of(node.func.value), node.args[0], "a namespace's get()")
+        if func:
+            self._judge_path(node, func, "calls")
         self.generic_visit(node)
+
+    def _getter_names(self, getter: str, args: list[ast.expr]) -> list[str]:
+        """The attribute names an attrgetter/methodcaller reads (methodcaller: its first argument only)."""
+        texts = [_const_str(a) for a in (args[:1] if getter.endswith("methodcaller") else args)]
+        return [t for t in texts if t is not None]
+
+    def _judge_getter(self, node: ast.Call, getter: str, args: list[ast.expr]) -> None:
+        """attrgetter/methodcaller: every name must be spelled out; names that are forbidden whatever object
+        they are read from (`__globals__`, `os`, `numpy`) are judged here, the rest once the object is known."""
+        short = getter.rsplit(".", 1)[1]
+        named = args[:1] if short == "methodcaller" else args
+        if not named or any(_const_str(a) is None for a in named) or node.keywords and short == "attrgetter":
+            self.flag(node, "dynamic_attribute", f"calls {short}() with a computed attribute name")
+            return
+        for text in self._getter_names(getter, args):
+            parts = text.split(".")
+            for i, part in enumerate(parts):
+                if part in FORBIDDEN_ATTRIBUTES:
+                    self.flag(node, "forbidden_attribute", f"reads attribute {part!r} through {short}()")
+                elif part in ATTRIBUTE_RULES:
+                    self.flag(node, ATTRIBUTE_RULES[part], f"uses .{part} through {short}()")
+                elif i and (part in NAMED_IMPORT_RULES or part in MODULE_ALIASES):
+                    rule = NAMED_IMPORT_RULES.get(part) or MODULE_ALIASES[part]
+                    self.flag(node, rule, f"reaches module {part!r} through {short}()")
+
+    def _namespace_of(self, node: ast.AST) -> ast.AST | None:
+        """For `vars(obj)` or `obj.__dict__` (a module's or class's namespace), the `obj`."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars" \
+                and len(node.args) == 1:
+            return node.args[0]
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+            return node.value
+        return None
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        # vars(torch._C)["_DisableTorchDispatch"], torch.__dict__["_C"]: an attribute read by its name
+        obj = self._namespace_of(node.value)
+        if obj is not None and isinstance(node.ctx, ast.Load):
+            self._judge_named(node, obj, node.slice, "a namespace lookup")
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load) and node.id in VALUE_USE_RULES and id(node) not in self.called \
+                and node.id not in self.bound and node.id not in self.aliases:
+            self.flag(node, VALUE_USE_RULES[node.id], f"hands {node.id} on as a value (the names it will get "
+                                                      "cannot be read)")
+
+    def _judge_named(self, node: ast.AST, obj: ast.AST, name: ast.AST, how: str) -> None:
+        """An attribute of `obj` read by the string `name`: judged as `obj.<name>` would be."""
+        text = _const_str(name)
+        if text is None:
+            self.flag(node, "dynamic_attribute", f"reads an attribute with a computed name through {how}")
+            return
+        if text in FORBIDDEN_ATTRIBUTES:
+            self.flag(node, "forbidden_attribute", f"reads attribute {text!r} through {how}")
+            return
+        if text in ATTRIBUTE_RULES:
+            self.flag(node, ATTRIBUTE_RULES[text], f"uses .{text} through {how}")
+        self._judge_reach(node, obj, text, how)
+
+    def _judge_reach(self, node: ast.AST, obj: ast.AST, text: str, how: str) -> None:
+        """`obj` followed by the dotted attribute names `text`, judged by the rules of a written-out path
+        (`getattr(torch.cuda, "Stream")` is torch.cuda.Stream; `getattr(torch, "_" + "C")` is torch._C)."""
+        base = self._expr_path(obj)
+        if not base or not self._known_root(base):
+            return
+        path = base
+        for part in text.split("."):
+            parent, path = path, f"{path}.{part}"
+            rule = _attribute_rule(path)
+            if rule and not _attribute_rule(parent):
+                self.flag(node, rule, f"reaches {path} through {how}, which candidates may not use")
+        self._judge_path(node, path, "reaches")
+
+    def _expr_path(self, node: ast.AST) -> str | None:
+        """The dotted path an expression names, through aliases and attribute reads by constant strings
+        (`getattr(getattr(torch, "utils"), "_python_dispatch")` is torch.utils._python_dispatch)."""
+        if isinstance(node, ast.Name):
+            return self.aliases.get(node.id, node.id)
+        if isinstance(node, ast.Attribute):
+            base = self._expr_path(node.value)
+            return f"{base}.{node.attr}" if base else None
+        if isinstance(node, ast.Call):
+            func = self._resolve(_dotted(node.func))
+            if func == "getattr" and len(node.args) >= 2:
+                base, text = self._expr_path(node.args[0]), _const_str(node.args[1])
+                return f"{base}.{text}" if base and text is not None else None
+            if isinstance(node.func, ast.Call) and self._resolve(_dotted(node.func.func)) == "operator.attrgetter" \
+                    and len(node.func.args) == 1 and node.args:
+                base, text = self._expr_path(node.args[0]), _const_str(node.func.args[0])
+                return f"{base}.{text}" if base and text is not None else None
+        if isinstance(node, ast.Subscript):
+            obj = self._namespace_of(node.value)
+            if obj is not None:
+                base, text = self._expr_path(obj), _const_str(node.slice)
+                return f"{base}.{text}" if base and text is not None else None
+        return None
 
     def _judge_path(self, node: ast.AST, target: str, verb: str) -> None:
         parts = target.split(".")
@@ -209,8 +353,14 @@ class _Checker(ast.NodeVisitor):
         # Inner attributes first, so `torch.os.fork` reports the module it reaches before the call.
         self.generic_visit(node)
         dotted = _dotted(node)
+        path = None
         if dotted and dotted.split(".")[0] in self.aliases:
             path = self._resolve(dotted) or dotted
+        elif dotted is None:
+            # getattr(torch, "utils")._python_dispatch: the read after a constant getattr is a path too
+            path = self._expr_path(node)
+            path = path if path and self._known_root(path) else None
+        if path:
             rule = _attribute_rule(path)
             if rule and not _attribute_rule(path.rsplit(".", 1)[0]):
                 self.flag(node, rule, f"reaches {path} through attributes, which candidates may not use")
@@ -239,13 +389,21 @@ class _Checker(ast.NodeVisitor):
             self._check_target(t)
         # `ev = torch.cuda.Event` makes `ev` a name for that module attribute: `ev.elapsed_time = f` then
         # patches torch, and `ev.x` is judged as torch.cuda.Event.x
-        value = self._resolve(_dotted(node.value))
+        value = self._expr_path(node.value) if isinstance(node.value, (ast.Call, ast.Subscript)) \
+            else self._resolve(_dotted(node.value))
+        getter = isinstance(node.value, ast.Call) \
+            and self._resolve(_dotted(node.value.func)) in ATTRIBUTE_GETTERS
         for t in node.targets:
             if isinstance(t, ast.Name):
                 if value and self._known_root(value):
                     self.aliases[t.id] = value
                 else:
                     self.aliases.pop(t.id, None)  # rebound to something that is not a module path
+                if getter:  # `get = attrgetter("_C")`: `get(torch)` is judged as torch._C
+                    func = self._resolve(_dotted(node.value.func))  # type: ignore[union-attr]
+                    self.getters[t.id] = self._getter_names(func, node.value.args)  # type: ignore[union-attr]
+                else:
+                    self.getters.pop(t.id, None)
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
@@ -270,6 +428,10 @@ class _Checker(ast.NodeVisitor):
 def check_source(source: str, *, allow_streams: bool = False) -> list[StaticViolation]:
     """All rule violations in a candidate's source, in source order. Raises SyntaxError if it does not parse."""
     tree = ast.parse(source)
-    checker = _Checker(allow_streams)
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
+              for a in (*n.posonlyargs, *n.args, *n.kwonlyargs, *(x for x in (n.vararg, n.kwarg) if x))}
+    bound |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    checker = _Checker(allow_streams, bound)
     checker.visit(tree)
-    return sorted(checker.violations, key=lambda v: v.line)
+    return sorted(dict.fromkeys(checker.violations), key=lambda v: v.line)  # one report per rule, line, message

@@ -54,7 +54,8 @@ CASES = [
     ("import torch\ntorch.load('f.pt')", "filesystem"),
     ("import torch\nt = torch.from_file('f', size=4)", "filesystem"),
     ("setattr(object, 'x', 1)", "dynamic_attribute"),
-    ("import torch\ngetattr(torch, 'o' + 's')", "dynamic_attribute"),
+    ("import torch\ngetattr(torch, 'o' + 's')", "os"),  # a name spelled out in pieces is still read
+    ("import torch\ndef reach(name):\n    return getattr(torch, name)", "dynamic_attribute"),
     ("import torch\nf = torch.compile(lambda x: x)", "torch_compile"),
     ("from torch import compile", "torch_compile"),
     ("import torch\ntorch.cuda.Stream()", "stream_creation"),
@@ -107,6 +108,55 @@ def test_rule_fires(source: str, rule: str) -> None:
 ])
 def test_constant_getattr_and_local_aliases_are_seen_through(source: str, rule: str) -> None:
     assert rule in {v.rule for v in check_source(source)}, check_source(source)
+
+
+# docs/verifier.md item 28: a name the static filter never reads. Strings given to getattr, attrgetter,
+# methodcaller, __getattribute__ and namespace lookups are read when the source spells them out (pieces
+# joined by +, an f-string, "".join of literals) and judged as the written-out path would be.
+INDIRECT = [
+    ("import torch\ngetattr(torch, '_' + 'C')", "torch_internals"),
+    ("import torch\ngetattr(torch, f'{\"_\"}C')", "torch_internals"),
+    ("import torch\ngetattr(torch, ''.join(['_', 'C']))", "torch_internals"),
+    ("import torch\ngetattr(getattr(torch, 'utils'), '_python' + '_dispatch')", "torch_internals"),
+    ("import torch\ngetattr(torch, '_C')._DisableTorchDispatch()", "torch_internals"),
+    ("import torch\nC = getattr(torch, '_C')\nC._DisableTorchDispatch()", "torch_internals"),
+    ("import torch\nimport operator\noperator.attrgetter('_C._Disable' + 'TorchDispatch')(torch)", "torch_internals"),
+    ("import torch\nfrom operator import attrgetter\nget = attrgetter('_C')\nget(torch)", "torch_internals"),
+    ("import torch\nimport operator\noperator.methodcaller('_dispatch' + '_call_boxed')(torch._C)", "torch_internals"),
+    ("import torch\nobject.__getattribute__(torch, '_C')", "torch_internals"),
+    ("import torch\nvars(torch)['_C']", "torch_internals"),
+    ("import torch\ntorch.__dict__['_C']", "torch_internals"),
+    ("import torch\ntorch.__dict__.get('_' + 'C')", "torch_internals"),
+    ("import torch\ngetattr(torch, 'comp' + 'ile')", "torch_compile"),
+    ("import torch\ngetattr(torch, 'lo' + 'ad')", "filesystem"),
+    ("import torch\ncuda = getattr(torch, 'cuda')\ncuda.Stream()", "stream_creation"),
+    ("import torch.nn.functional as F\nimport operator\noperator.attrgetter('np')(F)", "host_compute"),
+    ("import operator\noperator.attrgetter('__glo' + 'bals__')", "forbidden_attribute"),
+    ("import operator\noperator.attrgetter('nn.functional.os')", "os"),
+    ("import operator\noperator.methodcaller('num' + 'py')", "host_compute"),
+    ("import operator\ndef reach(name):\n    return operator.attrgetter(name)", "dynamic_attribute"),
+    ("import functools, torch\nfunctools.partial(getattr, torch, '_C')", "dynamic_attribute"),
+    ("import functools, torch\ntorch.no_grad()(functools.partial(open, 'answer.pt'))()", "filesystem"),
+    ("import torch\nx = torch.empty(1)\nx.__getattribute__('num' + 'py')()", "host_compute"),
+]
+
+
+@pytest.mark.parametrize(("source", "rule"), INDIRECT, ids=[f"{r}:{s.splitlines()[-1][:48]}" for s, r in INDIRECT])
+def test_names_in_strings_are_read(source: str, rule: str) -> None:
+    rules = [v.rule for v in check_source(source)]
+    assert rule in rules, f"{rule} did not fire on:\n{source}\n(got {rules})"
+
+
+@pytest.mark.parametrize("source", [
+    "import torch\nclass M(torch.nn.Module):\n    def forward(self, input):\n        return getattr(self, 'w' + 'eight') * input\n",
+    "import operator\nimport torch\nx = torch.empty(2)\nrows = operator.attrgetter('shape')(x)[0]\n",
+    "import triton.language as tl\nkind = getattr(tl, 'float' + '32')\n",
+    "import torch\ndt = getattr(torch, ''.join(['float', '32']))\n",
+    "import operator\nkey = operator.itemgetter(1)\nby = operator.methodcaller('item')\n",
+    "import torch\ndef forward(input, compile=False):\n    return [input, compile]\n",
+])
+def test_innocent_string_reads_pass(source: str) -> None:
+    assert check_source(source) == [], [v.sentence() for v in check_source(source)]
 
 
 def test_a_name_rebound_to_a_plain_value_is_no_alias() -> None:

@@ -1,4 +1,4 @@
-"""EXPECT: forbidden_code rule=dynamic_attribute
+"""EXPECT: forbidden_code rule=forbidden_attribute
 EXPECT_RUNTIME: forbidden_op
 PROBLEM: relu.py
 
