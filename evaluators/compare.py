@@ -15,19 +15,20 @@ import torch
 
 from .result import Reason
 
-# Bit patterns the worker writes into every fresh allocation a candidate makes during a forward.
-# Floating patterns are quiet NaNs with a payload no arithmetic produces, so an unwritten element both
-# fails (NaN never passes) and is recognisable as "never written".
+# Bit patterns of the poison the worker lays in free device memory before every call (`poison.py`) and writes
+# into a fresh allocation the candidate makes that did not come from that memory: one 16-bit word, 0xFFF5,
+# repeated, which is a quiet NaN as float16, bfloat16, float32 (0xFFF5FFF5) and float64, so an unwritten element
+# both fails (NaN never passes) and is recognisable as "never written". Signed, as the integer views hold them.
 POISON_BITS: dict[torch.dtype, int] = {
-    torch.float64: 0x7FFDA5A5A5A5A5A5,
-    torch.float32: 0x7FE5A5A5,
-    torch.float16: 0x7E5A,
-    torch.bfloat16: 0x7FE5,
-    torch.int64: -0x5A5A5A5A5A5A5A5B,
-    torch.int32: -0x5A5A5A5B,
-    torch.int16: -0x5A5B,
-    torch.int8: -0x5B,
-    torch.uint8: 0xA5,
+    torch.float64: 0xFFF5FFF5FFF5FFF5 - (1 << 64),
+    torch.float32: 0xFFF5FFF5 - (1 << 32),
+    torch.float16: 0xFFF5 - (1 << 16),
+    torch.bfloat16: 0xFFF5 - (1 << 16),
+    torch.int64: 0xFFF5FFF5FFF5FFF5 - (1 << 64),
+    torch.int32: 0xFFF5FFF5 - (1 << 32),
+    torch.int16: 0xFFF5 - (1 << 16),
+    torch.int8: 0xF5 - (1 << 8),
+    torch.uint8: 0xF5,
 }
 INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
@@ -48,6 +49,10 @@ class Comparison:
     detail: str = ""
     max_rel: float = 0.0
     norm_rel: float = 0.0
+    non_finite: bool = False
+    """the failure is about NaN/Inf (non-finite where the reference is finite, or not the reference's own NaN/Inf),
+    not about the size of an error: said apart so that PyTorch's own result failing this way is never read as a
+    (finite, or dropped) error"""
 
 
 def _index(flat_index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -406,16 +411,17 @@ def _non_finite(o: torch.Tensor, r: torch.Tensor, label: str, shape: tuple[int, 
     if bad:
         if never:
             return Comparison(False, Reason.STALE_OUTPUT, f"{label}: {never} of {n} elements were never written "
-                              "(they still hold the poison NaN put into fresh allocations)", float("inf"), float("inf"))
+                              "(they still hold the poison NaN put into fresh allocations)", float("inf"), float("inf"),
+                              non_finite=True)
         return Comparison(False, Reason.NAN_OUTPUT,
                           f"{label}: {bad} of {n} elements are NaN or Inf where the reference is finite; "
                           f"first at index {_index(first_bad, shape)}: got {o[first_bad].item()}, "
-                          f"expected {r[first_bad].item()}", float("inf"), float("inf"))
+                          f"expected {r[first_bad].item()}", float("inf"), float("inf"), non_finite=True)
     if first_mismatch >= 0:
         return Comparison(False, Reason.WRONG_OUTPUT,
                           f"{label}: where the reference is {r[first_mismatch].item()} (index "
                           f"{_index(first_mismatch, shape)}) the candidate gave {o[first_mismatch].item()}",
-                          float("inf"), float("inf"))
+                          float("inf"), float("inf"), non_finite=True)
     return None
 
 

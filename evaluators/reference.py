@@ -111,6 +111,9 @@ class ReferenceSession:
         # per sensitive family: draws skipped because PyTorch itself was too far off on them, and its worst error
         self.skipped_draws: dict[str, int] = {}
         self.worst_skipped: dict[str, float] = {}
+        # per family (any family): draws skipped because PyTorch's own result had NaN or Inf the gold does not
+        # have there (`_skip_non_finite`), by index
+        self.non_finite_draws: dict[str, list[int]] = {}
         self._calibrated: dict[str, int] = {}
         self.skipped: dict[str, str] = {}
         self.notes: list[str] = []
@@ -220,6 +223,8 @@ class ReferenceSession:
             self.skipped[family] = "the reference itself gives NaN or Inf on this family"
             return None
         trial, err = made
+        if not math.isfinite(err):
+            return self._skip_non_finite(trial)
         base_tol = self.base_tolerance
         if trial.native_measured and not trial.calibrating:
             return self._judge_own_draw(trial, err, base_tol)
@@ -243,7 +248,10 @@ class ReferenceSession:
     def _judge_own_draw(self, trial: Trial, err: float, base_tol: float) -> Trial | None:
         """A sensitive family after its calibration: this draw's own PyTorch error sets its tolerance (never
         below the family's), and a draw on which PyTorch itself is too far off is skipped alone (the family
-        stays judged on its other draws)."""
+        stays judged on its other draws). PyTorch's result with NaN or Inf the gold does not have is the farthest
+        off of all: skipped, whatever the family (`_skip_non_finite`)."""
+        if not math.isfinite(err):
+            return self._skip_non_finite(trial)
         family = trial.family
         own = CALIBRATION_MARGIN * err
         if own > MAX_WIDENING * base_tol and family != "base":
@@ -251,21 +259,49 @@ class ReferenceSession:
             note = (f"{family}: {n} draw(s) skipped: PyTorch's own {self.precision.value} reference deviated from "
                     f"float64 by up to {max(err, self.worst_skipped.get(family, 0.0)):.3g} on them")
             self.worst_skipped[family] = max(err, self.worst_skipped.get(family, 0.0))
-            self.notes = [x for x in self.notes if not x.startswith(f"{family}: ") or "draw(s) skipped" not in x] + [note]
+            self.notes = [x for x in self.notes if not (x.startswith(f"{family}: ") and "deviated from" in x)] + [note]
             return None
         trial.tolerance = max(self.family_tolerance(family), own)
         return trial
 
+    def _skip_non_finite(self, trial: Trial) -> None:
+        """Skip a draw on which PyTorch's own result in the problem's precision has NaN or Inf where the float64
+        gold has none (`exp(x) / sum(exp(x))` overflowing in fp32): PyTorch is as far off there as can be, and a
+        kernel as faithful as PyTorch is too, so the draw tells nothing about the kernel. Never read as zero
+        error (that would fail the faithful kernel, `nan_output`), never folded into the family's tolerance
+        (an infinite tolerance would pass anything finite); the family stays judged on its other draws, and
+        the notes say which draws went and why. Any family, the base one included: no tolerance is widened."""
+        family = trial.family
+        seen = self.non_finite_draws.setdefault(family, [])
+        seen.append(trial.index)
+        shown = ", ".join(map(str, seen[-6:])) + (", ..." if len(seen) > 6 else "")
+        note = (f"{family}: {len(seen)} draw(s) skipped ({family} draw {shown}): PyTorch's own "
+                f"{self.precision.value} result has NaN or Inf where the float64 result is finite, so such a draw "
+                "tells nothing about the kernel")
+        self.notes = [x for x in self.notes if not (x.startswith(f"{family}: ") and "NaN or Inf where" in x)] + [note]
+        return None
+
+    def family_skips(self, families: set[str], judged: set[str]) -> dict[str, str]:
+        """Why each of `families` (those an evaluation scheduled) has no judged draw in it (`judged`): skipped as
+        a whole (`skipped`), or every draw of it skipped alone (the draw skips' notes say why)."""
+        out = dict(self.skipped)
+        for family in sorted(families - judged - set(out)):
+            why = [n.removeprefix(f"{family}: ") for n in self.notes
+                   if n.startswith(f"{family}: ") and "draw(s) skipped" in n]
+            if why:
+                out[family] = "every draw skipped: " + "; ".join(why)
+        return out
+
     def second_look(self, trial: Trial) -> tuple[str, Trial | None]:
-        """A candidate failed `trial`, a draw of a transformed family whose PyTorch error was not measured (the
-        family's first draws said it was not sensitive). Before that failure stands, measure PyTorch's own error
-        on this very draw, as a sensitive family would have, and judge by the same rule (`_judge_own_draw`):
-        ("widened", the trial with its tolerance at least twice PyTorch's error there), ("skip", None) when
-        PyTorch itself is too far off on the draw to judge anything, or ("stands", None): nothing to widen for
-        (the base family and the problem's own test inputs are never widened here; an error measured already;
-        no float64 gold; PyTorch as close as the tolerance asks; no memory left to run PyTorch again)."""
-        if (trial.native_measured or trial.family in ("base", TEST_FAMILY) or self.gold_precision != GOLD_FLOAT64
-                or not trial.gold):
+        """A candidate failed `trial`, a draw whose PyTorch error was not measured (the family's first draws said
+        it was not sensitive). Before that failure stands, measure PyTorch's own error on this very draw, as a
+        sensitive family would have, and judge by the same rule (`_judge_own_draw`): ("widened", the trial with
+        its tolerance at least twice PyTorch's error there), ("skip", None) when PyTorch itself is too far off on
+        the draw to judge anything (any family, when PyTorch's result has NaN or Inf where the float64 gold is
+        finite), or ("stands", None): nothing to widen for (the base family and the problem's own test inputs
+        are never widened here; an error measured already; no float64 gold; PyTorch as close as the tolerance
+        asks; no memory left to run PyTorch again)."""
+        if trial.native_measured or self.gold_precision != GOLD_FLOAT64 or not trial.gold:
             return "stands", None
         try:
             native = self._run(self.native, trial.inputs, self.precision.allows_tf32)
@@ -275,7 +311,10 @@ class ReferenceSession:
         err = _native_error(native, trial.gold)
         del native
         trial.native_error, trial.native_measured = err, True
-        if CALIBRATION_MARGIN * err <= trial.tolerance:
+        if not math.isfinite(err):
+            self._skip_non_finite(trial)
+            return "skip", None
+        if trial.family in ("base", TEST_FAMILY) or CALIBRATION_MARGIN * err <= trial.tolerance:
             return "stands", None
         judged = self._judge_own_draw(trial, err, self.base_tolerance)
         return ("widened", judged) if judged is not None else ("skip", None)
@@ -346,10 +385,12 @@ class ReferenceSession:
             # calibrated on a few draws is too tight for the next, sharper one.
             calibrating = self._calibrated.get(family, 0) < CALIBRATION_TRIALS
             measured = calibrating or self.sensitive(family)
-            if calibrating:
-                self._calibrated[family] = self._calibrated.get(family, 0) + 1
             if measured:
                 err = _native_error(native, gold)
+            # a draw whose PyTorch result is not finite where the gold is (skipped by `trial`) measured nothing:
+            # it does not count among the family's calibration draws
+            if calibrating and math.isfinite(err):
+                self._calibrated[family] = self._calibrated.get(family, 0) + 1
             del native
         else:
             gold = native
@@ -363,11 +404,15 @@ class ReferenceSession:
 
 
 def _native_error(native: list[Any], gold: list[Any]) -> float:
-    """PyTorch's own worst relative error against the gold, over its floating-point outputs (0 when none)."""
+    """PyTorch's own worst relative error against the gold, over its floating-point outputs (0 when none);
+    infinite where PyTorch's result has NaN or Inf the gold does not have (or misses the gold's own): PyTorch is
+    as far off there as can be, never "0" (the draw is skipped: `ReferenceSession._skip_non_finite`)."""
     err = 0.0
     for o, g in zip(native, gold):
         if isinstance(o, torch.Tensor) and o.is_floating_point():
             c = compare(o, g, 1.0)
+            if c.non_finite:
+                return math.inf
             if math.isfinite(c.max_rel):
                 err = max(err, c.max_rel)
     return err
