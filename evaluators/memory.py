@@ -14,6 +14,10 @@ One trial is made, run and judged at a time, so the plan is for one trial's wort
 processes: the trusted process (inputs, the float64 gold and its computation, the comparison slices)
 and the candidate's worker (its input buffers, its outputs and its own temporaries, taken to be like the
 reference's). Pure arithmetic on byte counts: unit-tested on the CPU.
+
+A plan is for one evaluation as if it were alone on the device; the evaluations in flight together are
+planned together by the device's memory ledger (`ledger.py`), which reserves each plan's bytes and makes the
+rest wait for room.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ TRANSIENT_MARGIN = 1.15
 RESERVE_BYTES = 4 * GiB
 """kept free for what no trace sees: the worker's Triton and cuBLAS state, flush buffers, workspaces"""
 HOLD_CAP = 2 * GiB
+WORKER_STATE_BYTES = 1 * GiB
+"""one worker's CUDA context, cuBLAS workspace and Triton state: what the ledger charges for each evaluation in
+flight beyond the first (whose worker's share is in `RESERVE_BYTES`) and for each idle spare worker"""
 
 
 @dataclass
@@ -89,10 +96,16 @@ def timing_bytes(native: Footprint, gold: Footprint | None, sets: int) -> int:
     return max(timing, rechecking)
 
 
+def usable_bytes(free_bytes: int, reserve_bytes: int = RESERVE_BYTES) -> int:
+    """What a plan may fill of `free_bytes`: a twentieth is left to the allocator's rounding, and the reserve
+    to what no trace sees. The same budget bounds the reservations of the device's ledger (`ledger.py`)."""
+    return max(int(free_bytes * 0.95) - reserve_bytes, 0)
+
+
 def plan_memory(native: Footprint, gold: Footprint | None, free_bytes: int, reps: int, pool_bytes: int,
                 device: str = "the device", reserve_bytes: int = RESERVE_BYTES) -> Plan:
     """Decide gold precision, timing sets and held bytes for a problem on a device with `free_bytes` free."""
-    budget = max(int(free_bytes * 0.95) - reserve_bytes, 0)
+    budget = usable_bytes(free_bytes, reserve_bytes)
     fp = {"input_bytes": native.input_bytes, "param_bytes": native.param_bytes, "output_bytes": native.output_bytes,
           "forward_peak_bytes": native.peak_bytes, "gold_peak_bytes": gold.peak_bytes if gold else 0}
     plan = Plan(feasible=True, free_bytes=free_bytes, budget_bytes=budget, footprint=fp)
