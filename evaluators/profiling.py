@@ -238,6 +238,9 @@ def render(profile: Profile, limit: int = 2500) -> str:
 
 
 def _load(worker: Worker, load_payload: dict[str, Any], load_s: float) -> None:
+    refused = worker.wait_ready().get("refused")
+    if refused:  # the worker cannot confine the candidate and the user did not opt out: it is not sent
+        raise WorkerFault(Reason.UNCONFINED, str(refused))
     header, _ = worker.request({"op": "load"}, load_payload, load_s, "import and construction", compiles=True)
     if not header.get("ok"):
         raise WorkerFault(Reason.RUNTIME_ERROR, str(header.get("detail", "load failed")))
@@ -282,27 +285,39 @@ def profile_candidate(result: EvalResult, *, device: torch.device, pool: WorkerP
         pool.fill()
     prof.ncu = ncu_report(device=device, worker_limits=worker_limits, phase_limits=phase_limits,
                           load_payload=load_payload, trial_inputs=trial_inputs, input_layouts=lay,
-                          kernel_names=[k.name for k in result.kernels]) if ncu else \
+                          kernel_names=[k.name for k in result.kernels],
+                          allow_unconfined=pool.allow_unconfined) if ncu else \
         NcuReport(available=False, why="not requested (use --ncu)")
     prof.text = render(prof)
     return prof
 
 
+def ncu_command(log_file: str, kernel_names: list[str]) -> list[str]:
+    """The `ncu` wrapper a profiled worker is started under: CSV metrics of the candidate's own kernels
+    (`kernel_names`) to `log_file`, written by ncu's front end (outside the sandbox).
+
+    Only the worker itself is profiled (`--target-processes application-only`: ncu launches the worker's
+    Python directly): ncu injects nothing into a process the candidate starts. The worker is confined
+    like any other (`Worker` passes it `--profiled`)."""
+    pattern = "regex:^(" + "|".join(re.escape(n) for n in kernel_names) + ")" if kernel_names else "regex:.*"
+    return [shutil.which("ncu") or "ncu", "--csv", "--page", "raw", "--log-file", log_file,
+            "--target-processes", "application-only", "--clock-control", "none", "--kernel-name", pattern,
+            "--launch-count", "3", "--metrics", ",".join(NCU_ALL_METRICS)]
+
+
 def ncu_report(*, device: torch.device, worker_limits: Limits, phase_limits: dict[str, float],
                load_payload: dict[str, Any], trial_inputs: list[Any], input_layouts: list[Any],
-               kernel_names: list[str]) -> NcuReport:
+               kernel_names: list[str], allow_unconfined: bool = False) -> NcuReport:
     """One forward of the candidate in a fresh worker run under `ncu`, limited to its own kernels
-    (`kernel_names`), holding the device's measurement lock; the parsed metrics, or why there are none."""
+    (`kernel_names`), holding the device's measurement lock; the parsed metrics, or why there are none.
+    The worker is confined as any other; `allow_unconfined` is the user's opt-out, as for the pool's."""
     why = ncu_unavailable_reason()
     if why:
         return NcuReport(available=False, why=why)
     log_dir = tempfile.mkdtemp(prefix="kw-ncu-")
     log_file = os.path.join(log_dir, "ncu.csv")
-    pattern = "regex:^(" + "|".join(re.escape(n) for n in kernel_names) + ")" if kernel_names else "regex:.*"
-    cmd = [shutil.which("ncu") or "ncu", "--csv", "--page", "raw", "--log-file", log_file, "--target-processes", "all",
-           "--clock-control", "none", "--kernel-name", pattern, "--launch-count", "3",
-           "--metrics", ",".join(NCU_ALL_METRICS)]
-    worker = Worker(str(device), worker_limits, wrapper=cmd)
+    worker = Worker(str(device), worker_limits, wrapper=ncu_command(log_file, kernel_names),
+                    allow_unconfined=allow_unconfined)
     try:
         _load(worker, load_payload, phase_limits["load_s"])
         with measurement_lock(device):

@@ -25,6 +25,7 @@ from typing import Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 
 from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run
+from kernelwright.evaluators.sandbox import refusal_here
 from kernelwright.tools.runstore import RunError, RunStore
 
 from kernelwright.graphs.optimize import builder, initial_state
@@ -68,13 +69,21 @@ def _settings(state: ServeState) -> RunConfig:
 
 
 def start(state: ServeState) -> dict[str, Any]:
+    """Create the run (or reopen `run_id`). Like every front door, it refuses to run candidates on this server
+    where the OS sandbox cannot confine them, unless the server was started with KERNELWRIGHT_ALLOW_UNCONFINED=1
+    (`sandbox.refusal_here`); on a Ray cluster the workers there decide."""
     runs_dir = state.get("runs_dir") or "runs"
     if state.get("run_id"):
         try:
-            RunStore(runs_dir).open(state["run_id"])  # type: ignore[arg-type]
-        except RunError as e:
-            return {"error": str(e), "status": "failed"}
-        return {}
+            run = RunStore(runs_dir).open(state["run_id"])  # type: ignore[arg-type]
+            cluster = run.info().config.context.get("cluster")
+        except (RunError, ValueError) as e:  # ValueError: a run.json this version cannot read
+            return {"error": str(e).splitlines()[0], "status": "failed"}
+        why = None if cluster else refusal_here()
+        return {"error": why, "status": "failed"} if why else {}
+    why = None if state.get("cluster") else refusal_here()
+    if why:
+        return {"error": why, "status": "failed"}
     problem = state.get("problem")
     if not problem:
         return {"error": "give the problem file's path as 'problem'", "status": "failed"}

@@ -33,6 +33,7 @@ from kernelwright.agents.records import StepRecord
 from kernelwright.agents.roles import STOPPED_ON_REQUEST
 from kernelwright.evaluators import (DeviceError, EvalPolicy, EvalResult, Evaluator, ProblemError, load_problem,
                                      resolve_device)
+from kernelwright.evaluators.sandbox import allowed_by_environment, refusal_here
 from kernelwright.tools.review import Decision, PendingReview, ReviewDesk, ReviewError, Steering, SteerEntry, who
 from kernelwright.tools.runstore import Run, RunError, RunInfo, RunStore
 
@@ -44,28 +45,49 @@ POLL_S = 0.2
 """how often a run waiting for a review looks for decisions"""
 
 __all__ = ["Archive", "BestKernel", "RunConfig", "RunHandle", "RunInfo", "RunView", "StepRecord", "UsageError",
-           "evaluate", "open_run", "resume_run", "start_run"]
+           "check_confinement", "evaluate", "open_run", "resume_run", "start_run"]
 
 
 class UsageError(Exception):
     """Bad input from the caller (a flag, a file, a config); the message is one sentence."""
 
 
+class Unconfined(UsageError):
+    """Candidate code would run here without the OS sandbox and the user has not opted out (one sentence)."""
+
+
+def check_confinement(allow_unconfined: bool | None = None) -> None:
+    """Refuse, before anything starts, to run candidate code on this machine when the OS sandbox cannot
+    confine it and the user has not opted out by name (`allow_unconfined`; None: KERNELWRIGHT_ALLOW_UNCONFINED).
+
+    Every front door that runs candidates here calls it (the CLI's eval, profile, optimize, chat and bench,
+    `evaluate`, `start_run`, `resume_run` and so the MCP server's tools); evaluations on a Ray cluster are
+    decided by the workers there, whose verdict is `unconfined`. Raises Unconfined with the sentence."""
+    why = refusal_here(allow_unconfined)
+    if why:
+        raise Unconfined(why)
+
+
 # -- evaluation -------------------------------------------------------------------------------------------
 
 
 def evaluate(problem: str | Path, candidate: str | Path, *, device: str | None = None, precision: str | None = None,
-             trials: int = 5, compile_mode: str | None = "default", slot: Slot | None = None) -> EvalResult:
+             trials: int = 5, compile_mode: str | None = "default", slot: Slot | None = None,
+             allow_unconfined: bool | None = None) -> EvalResult:
     """Judge one candidate (a file path, or its source text) against a problem file, here or on a Ray cluster's
     `slot`. Never raises for a bad candidate: the verdict says why. Raises UsageError for a bad problem file or
-    an unusable device."""
+    an unusable device, and Unconfined where the OS sandbox cannot confine the candidate here and
+    `allow_unconfined` (None: KERNELWRIGHT_ALLOW_UNCONFINED) does not opt out."""
+    allow = allowed_by_environment() if allow_unconfined is None else allow_unconfined
+    if slot is None:
+        check_confinement(allow)
     source = _source(candidate, "candidate")
     try:
         prob = load_problem(Path(problem), precision)
         dev = resolve_device(device) if slot is None else None
     except (ProblemError, DeviceError) as e:
         raise UsageError(str(e)) from None
-    policy = EvalPolicy(trials=trials, compile_mode=compile_mode)
+    policy = EvalPolicy(trials=trials, compile_mode=compile_mode, allow_unconfined=allow)
     if slot is not None:
         return slot.evaluator(prob, policy).evaluate(source)
     with Evaluator(prob, str(dev), policy) as ev:
@@ -323,6 +345,8 @@ def start_run(problem: str | Path, *, seed_kernel: str | Path | None = None, con
     `models` gives ready chat models by spec (a scripted model, a client built by the application)."""
     config = config or RunConfig()
     check_config(config, models)
+    if not config.cluster:  # on a cluster, the workers there decide (verdict `unconfined`)
+        check_confinement()
     if seed_kernel is None and config.model_for("coder") == "builtin":
         raise UsageError("the builtin policy improves an existing kernel: give one with --seed-kernel FILE")
     seed_src = _source(seed_kernel, "seed kernel") if seed_kernel is not None else None
@@ -366,6 +390,8 @@ def resume_run(run_id: str, *, runs_dir: str | Path = "runs", models: dict[str, 
             hint = "" if moved else "; resume it elsewhere with --cluster ADDRESS, or here with --device"
             where = "" if moved else f" (it evaluated on the Ray cluster {config.cluster})"
             raise UsageError(f"run {run_id}{where}: {e}{hint}") from None
+    if not config.cluster:
+        check_confinement()
     if moved:
         run.update(config={**saved.model_dump(), "context": config.as_dict()})
     return RunHandle(run, config, models, fresh=False)

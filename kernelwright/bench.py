@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelwright.agents.context import ACTORS_NEED_CLUSTER
-from kernelwright.api import RunConfig, UsageError, evaluate, start_run
+from kernelwright.api import RunConfig, Unconfined, UsageError, check_confinement, evaluate, start_run
 from kernelwright.evaluators import DeviceError, EvalResult, resolve_device
 from kernelwright.evaluators.hosts import LocalSlot
 from kernelwright.evaluators.result import bound
@@ -237,6 +237,8 @@ def judge(level: int, problem: Path, kernel: Path | None, *, device: str, trials
     t0 = time.monotonic()
     try:
         r = evaluate(problem, kernel, device=device, trials=trials, compile_mode=compile_mode, slot=slot)
+    except Unconfined:  # the machine, not the problem: the whole bench stops with the sentence
+        raise
     except UsageError as e:  # the problem file itself is broken: not held against the kernel, but not correct
         return BenchRow(problem=name, level=level, kernel=str(kernel), verdict="error", reason="bad_problem",
                         detail=bound(str(e), 500), device=device, wall_s=round(time.monotonic() - t0, 2), time=stamp)
@@ -257,6 +259,8 @@ def optimize(level: int, problem: Path, seed: Path | None, config: RunConfig, ru
         with start_run(problem, seed_kernel=seed, config=config, runs_dir=runs_dir, models=models) as h:
             info = h.run_to_end(driver="bench")
             run = h.run
+    except Unconfined:
+        raise
     except UsageError as e:
         return BenchRow(problem=name, level=level, verdict="error", reason="bad_problem", detail=bound(str(e), 500),
                         device=config.device, wall_s=round(time.monotonic() - t0, 2), time=stamp)
@@ -294,6 +298,7 @@ def run_bench(suite: Path, out: Path, *, kernels: Path | None = None, optimize_c
     else:
         if actors is not None:
             raise UsageError(ACTORS_NEED_CLUSTER)
+        check_confinement()  # before anything is written: no candidate runs here unconfined
         devices = check_devices(device)
     results = out / "results.jsonl"
     if results.exists() and not resume:

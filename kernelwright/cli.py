@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -80,10 +81,38 @@ def _usage_error(message: str) -> typer.Exit:
 
 def _json_error(message: str, reason: str = "usage_error") -> None:
     """--json still means exactly one JSON object on stdout, also for errors. `reason` is usage_error
-    (a bad flag or an unusable device), bad_problem or evaluator_error."""
+    (a bad flag or an unusable device), bad_problem, evaluator_error or unconfined (no OS sandbox here)."""
     sys.stdout.write(json.dumps({"verdict": "error", "reason": reason, "detail": message, "rule": None,
                                  "checks": [], "max_rel_error": None, "tolerance": None, "timing": None,
                                  "timing_unavailable": "nothing was evaluated", "phases": {}}) + "\n")
+
+
+AllowUnconfinedOpt = Annotated[bool, typer.Option(
+    "--allow-unconfined", help="run candidate code even where the OS sandbox (Landlock and seccomp) cannot confine "
+                               "it, only on a machine you trust; the same as KERNELWRIGHT_ALLOW_UNCONFINED=1")]
+
+
+def _confinement(allow_unconfined: bool, as_json: bool = False, here: bool = True) -> bool:
+    """The check every command that runs candidate code makes before it starts anything
+    (`sandbox.refusal_here`, as the API and the MCP server do): where the OS sandbox cannot confine a candidate
+    and the user did not opt out by name, one sentence and exit 2. `--allow-unconfined` goes into this
+    process's environment, so that everything the command starts (a run's evaluators, device hosts) gets the
+    same opt-out. `here`: candidates run on this machine (not on a Ray cluster, whose workers decide).
+    Returns whether the user opted out."""
+    from kernelwright.evaluators.sandbox import ALLOW_UNCONFINED_ENV, allowed_by_environment, refusal_here, unavailable
+
+    if allow_unconfined:
+        os.environ[ALLOW_UNCONFINED_ENV] = "1"
+    allowed = allowed_by_environment()
+    if here:
+        why = refusal_here(allowed)
+        if why:
+            raise _fail(why, as_json, "unconfined")
+        missing = unavailable() if allowed else None
+        if missing:
+            err.print(f"[yellow]warning:[/] candidate code runs unconfined here ({escape(missing)}): you allowed it",
+                      soft_wrap=True)
+    return allowed
 
 
 @app.callback()
@@ -101,9 +130,11 @@ def eval_cmd(
     trials: Annotated[int, typer.Option(min=1, max=100, help="trials per input family")] = 5,
     compile_mode: Annotated[CompileMode, typer.Option(help="torch.compile mode of the compiled baseline")] = CompileMode.default,
     as_json: Annotated[bool, typer.Option("--json", help="print exactly one JSON object on stdout")] = False,
+    allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """Verify a candidate kernel against a problem (and time it on a GPU)."""
-    result, prob = _evaluate(problem, candidate, device, precision, trials, compile_mode, as_json)
+    allowed = _confinement(allow_unconfined, as_json)
+    result, prob = _evaluate(problem, candidate, device, precision, trials, compile_mode, as_json, allowed)
     if as_json:
         sys.stdout.write(result.model_dump_json() + "\n")
     elif result.verdict == "error":  # not a verdict on the candidate: one sentence on stderr
@@ -187,15 +218,18 @@ def profile_cmd(
     ncu: Annotated[bool, typer.Option("--ncu", help="also collect Nsight Compute metrics (needs ncu and counter access)")] = False,
     compile_mode: Annotated[CompileMode, typer.Option(help="torch.compile mode of the compiled baseline")] = CompileMode.default,
     as_json: Annotated[bool, typer.Option("--json", help="print exactly one JSON object on stdout")] = False,
+    allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """Verify, time and profile a candidate: kernel resources, device-time breakdown, Nsight Compute metrics."""
     from kernelwright.evaluators import DeviceError, EvalPolicy, Evaluator, ProblemError, load_problem, resolve_device
 
+    allowed = _confinement(allow_unconfined, as_json)
     source = _read_candidate(candidate, as_json)
     try:
         dev = resolve_device(device)
         prob = load_problem(problem, precision.value if precision else None)
-        with Evaluator(prob, str(dev), EvalPolicy(compile_mode=_mode(compile_mode))) as evaluator:
+        policy = EvalPolicy(compile_mode=_mode(compile_mode), allow_unconfined=allowed)
+        with Evaluator(prob, str(dev), policy) as evaluator:
             prof = evaluator.profile(source, ncu=ncu)
     except ProblemError as e:
         raise _fail(str(e), as_json, "bad_problem") from None
@@ -260,10 +294,13 @@ def optimize_cmd(
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
     hosts: HostsFlag = None,
+    allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive."""
     from kernelwright import optimize as opt
 
+    # with --resume the run's own place decides (a Ray cluster's or here): the API checks it when it reopens it
+    _confinement(allow_unconfined, here=not cluster and not resume)
     try:
         summary = opt.run_optimize(
             problem=problem, seed_kernel=seed_kernel, model=model, base_url=base_url, role_models=role_model or [],
@@ -305,6 +342,7 @@ def chat_cmd(
     profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence (as for optimize)")] = ProfileOpt.auto,
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
+    allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """A chat session over a run: review each proposal (approve, edit, reject, propose your own), steer, ask why."""
     from kernelwright import api
@@ -313,6 +351,7 @@ def chat_cmd(
 
     if (problem is None) == (attach is None):
         raise _usage_error("give a problem file to start a run, or --attach RUN_ID (not both)")
+    _confinement(allow_unconfined, here=attach is None and not cluster)  # an attached run: the API checks on resume
 
     def start() -> api.RunHandle:
         if seed_kernel is not None and not seed_kernel.is_file():
@@ -365,8 +404,10 @@ def mcp_cmd(
     host: Annotated[str, typer.Option(help="http: the address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="http: the port to listen on")] = 8765,
     run_dir: RunDirOpt = Path("runs"),
+    allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """Serve kernelwright to MCP clients (Claude Code, Cursor, ...): start, review, steer and read runs."""
+    _confinement(allow_unconfined, here=False)  # each tool that runs candidates checks when it is called
     try:
         from kernelwright import mcp_server
     except ImportError as e:
@@ -535,10 +576,13 @@ def bench_cmd(
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
     hosts: HostsFlag = None,
+    allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """A KernelBench-style benchmark: judge a folder of kernels (--kernels) or run the loop on each problem
     (--optimize) over a suite; per-problem verdicts and times, fast_p against eager and torch.compile."""
     import time
+
+    _confinement(allow_unconfined, here=not cluster)
 
     from kernelwright import api
     from kernelwright.bench import Summary, figures_markdown, run_bench
@@ -619,14 +663,14 @@ def _mode(mode: CompileMode) -> str | None:
 
 
 def _evaluate(problem: Path, candidate: Path, device: str | None, precision: PrecisionOpt | None, trials: int,
-              compile_mode: CompileMode, as_json: bool):  # type: ignore[no-untyped-def]
+              compile_mode: CompileMode, as_json: bool, allow_unconfined: bool):  # type: ignore[no-untyped-def]
     from kernelwright.evaluators import DeviceError, EvalPolicy, Evaluator, ProblemError, load_problem, resolve_device
 
     source = _read_candidate(candidate, as_json)
     try:
         dev = resolve_device(device)
         prob = load_problem(problem, precision.value if precision else None)
-        policy = EvalPolicy(trials=trials, compile_mode=_mode(compile_mode))
+        policy = EvalPolicy(trials=trials, compile_mode=_mode(compile_mode), allow_unconfined=allow_unconfined)
         with Evaluator(prob, str(dev), policy) as evaluator:
             return evaluator.evaluate(source), prob
     except ProblemError as e:
