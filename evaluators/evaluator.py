@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import gpu_monitor, static
+from . import gpu_monitor, sandbox, static
 from .baselines import BaselineTimer
 from .compare import degenerate_outputs
 from .device import resolve_device
@@ -35,16 +35,18 @@ from .footprint import Footprint, estimate, meta_problem
 from .inputs import FAMILIES
 from .judge import (
     Reject, compare_all, judge_coverage, judge_inputs, judge_launches, judge_ok, judge_outputs, judge_processes,
-    judge_recheck, judge_record, judge_timing_reply, measure_coverage, samples_from, timing_summary,
+    judge_recheck, judge_record, measure_coverage, timing_summary,
 )
 from .locks import LockTimeout, measurement_lock, shared_use
-from .memory import Plan, plan_memory
-from .pool import Limits, Worker, WorkerFault, WorkerPool
+from .ledger import MemoryLedger, Reservation, ledger_for, measure
+from .memory import Plan, plan_memory, usable_bytes
+from .pool import Limits, Worker, WorkerFault, WorkerPool, declared_variants
 from .problem import Precision, Problem, ProblemError
 from .profiling import Profile, profile_candidate
 from .reference import GOLD_NATIVE, ReferenceSession
 from .result import Check, EvalResult, KernelLaunch, Reason, Timing, TrialRecord, bound
 from .roofline import count_work, device_peaks, floor_ms
+from .timed import CHECK_SHARE, time_candidate
 from .timing import noise_band
 from .transport import SharedTransport, WireTransport
 
@@ -53,7 +55,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class EvalPolicy:
-    """How hard to check. Defaults follow VERIFIER.md's 'Numbers to hold to'."""
+    """How hard to check. Defaults follow docs/verifier.md, 'Numbers held to'."""
 
     trials: int = 5
     """trials per input family (fresh values each); at least 5 for a verdict anyone should trust"""
@@ -70,18 +72,31 @@ class EvalPolicy:
     """time the candidate and the baselines (CUDA only)"""
     timing_reps: int = 30
     warmup: int = 3
+    check_share: float = CHECK_SHARE
+    """the chance that each timed repetition's output is checked, decided after it ran (`time_candidate`)"""
     compile_mode: str | None = "default"
     """torch.compile mode of the compiled baseline ("default", "max-autotune", "max-autotune-no-cudagraphs",
     "reduce-overhead"), None to skip it. A CUDA-graph mode is measured together with its no-graph twin and
     the faster counts (`baselines.compile_modes`)."""
     pool_bytes: int = 4 << 30
     """at most this much device memory for the timing input sets (fewer if the memory plan says so)"""
+    device_memory_bytes: int | None = None
+    """the device's memory as the plan and the memory ledger take it, with nothing else on it (None: measured,
+    less what is held outside the ledger); a test makes it small to make evaluations queue"""
     shared_buffers: bool = True
     """on CUDA, exchange tensors with the worker through device buffers it owns (no host copies)"""
+    allow_unconfined: bool = field(default_factory=sandbox.allowed_by_environment)
+    """run candidates even where the OS sandbox cannot confine them (a machine the user trusts); else such an
+    evaluation is verdict `error`, reason `unconfined`. Default: KERNELWRIGHT_ALLOW_UNCONFINED=1, read where
+    the policy is made (it travels with the policy to device hosts and Ray actors)"""
 
 
 class ProblemTooLarge(Exception):
     """The problem cannot be evaluated on this device even one input set at a time."""
+
+
+class Unconfined(Exception):
+    """The worker cannot confine candidate code and the user did not opt out: nothing is run (the sentence)."""
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -117,19 +132,13 @@ def _error_summary(result: EvalResult, worst: float, base: float) -> str:
     return f"{text}, gold {result.gold_precision})"
 
 
-def _free_bytes(device: torch.device) -> int:
-    """Memory this evaluation may plan with: the device's free memory plus what our own allocator caches."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 40
+def _free_bytes(device: torch.device, ledger: MemoryLedger, stated: int | None = None) -> int:
+    """Memory this evaluation may plan with: the device's memory less what is held outside its memory ledger
+    (other processes, this process's lasting use, idle spare workers), as if nothing else of this process were
+    in flight (`MemoryLedger.alone_bytes`). Not the memory free this moment: the evaluations in flight lower
+    that transiently, and their reservations in the ledger already stand for them. Alone, it is the free
+    memory plus what this process's allocator caches, as it always was."""
+    return ledger.alone_bytes(measure(device, stated))
 
 
 class Evaluator:
@@ -155,7 +164,8 @@ class Evaluator:
         if pool is not None and pool.device != str(self.device):
             raise ValueError(f"the worker pool runs on {pool.device}, this evaluator on {self.device}")
         # Start the first worker before the reference is built: its start-up overlaps ours.
-        self.pool = pool or WorkerPool(str(self.device), self.policy.limits, self.policy.spares)
+        self.pool = pool or WorkerPool(str(self.device), self.policy.limits, self.policy.spares,
+                                       allow_unconfined=self.policy.allow_unconfined)
         try:
             self.reference = ReferenceSession(problem, self.device, self.precision,
                                               seed if seed is not None else secrets.randbits(63))
@@ -178,10 +188,19 @@ class Evaluator:
     def plan(self) -> Plan:
         """What one evaluation of this problem needs and how it will fit (decided once, before anything
         large is allocated). Raises ProblemTooLarge when even one input set cannot be evaluated."""
-        self._ensure_footprints()  # before _ref_lock: measuring it takes the GPU (lock order: see _roofline)
+        with self._footprint_lock:
+            if self._footprints is None:  # traced on the meta device: no memory, no wait
+                est = estimate(self.problem, self.precision.cast_dtype)
+                if est.native is not None:
+                    self._footprints = (est.native, est.gold)
+        if self._footprints is None:
+            # A problem the meta device cannot run is measured by one real forward, of a size not known yet:
+            # nothing else of this process is let onto the device meanwhile (once per evaluator).
+            with ledger_for(self.device).admit(0, exclusive=True, label=f"{self.problem.path}: footprint"):
+                self._ensure_footprints()  # before _ref_lock: measuring it takes the GPU (lock order: see _roofline)
         with self._ref_lock:
-            # The footprint is traced once; the plan is made anew each time, against the memory free now
-            # (spare workers starting, another evaluation on the same GPU).
+            # The footprint is traced once; the plan is made anew each time, against the device's memory as if
+            # this evaluation were alone (the ledger then makes it wait for room beside the others in flight).
             plan = self._make_plan()
             if self._plan is not None and self._plan.gold_precision == GOLD_NATIVE and plan.feasible:
                 plan.gold_precision = GOLD_NATIVE  # the battery's gold does not change within one evaluator
@@ -208,7 +227,9 @@ class Evaluator:
         native, gold = self._footprints
         if self._footprint_note:
             notes.append(self._footprint_note)
-        free = _free_bytes(self.device)
+        ledger = ledger_for(self.device)
+        ledger.watch(self.pool)  # its idle spares hold memory outside the ledger
+        free = _free_bytes(self.device, ledger, self.policy.device_memory_bytes)
         where = f"{self.device} ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else "the host"
         plan = plan_memory(native, gold, free, self.policy.timing_reps, self.policy.pool_bytes, where)
         plan.notes = notes + plan.notes
@@ -260,6 +281,7 @@ class Evaluator:
         out: dict[str, Any] = {"problem": self.problem.path, "device": str(self.device),
                                "precision": self.precision.value, "verdict": "ok", "reason": "ok", "detail": ""}
         dev = self.device
+        reservation: Reservation | None = None
         try:
             if dev.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(dev)
@@ -268,6 +290,13 @@ class Evaluator:
             phases["plan_s"] = time.monotonic() - t0
             out["memory"] = plan.as_dict()
             out["inputs_gb"] = plan.footprint.get("input_bytes", 0) / 1e9
+            ledger = ledger_for(dev)
+            timed = dev.type == "cuda" and self.policy.timing and plan.timing_sets > 0
+            reservation = ledger.admit(
+                plan.trial_bytes, plan.timing_bytes if timed else 0,
+                lambda: usable_bytes(_free_bytes(dev, ledger, self.policy.device_memory_bytes)),
+                label=f"{self.problem.path}: the baseline")
+            phases["memory_wait_s"] = reservation.waited_s
             ref = self.reference
             t0 = time.monotonic()
             trials = 0
@@ -288,6 +317,7 @@ class Evaluator:
                        notes=list(ref.notes) + plan.notes + ([f"gold: {ref.gold_note}"] if ref.gold_note else []),
                        limits=self._limits(self.policy.timing_reps + self.policy.warmup))
             if dev.type == "cuda" and self.policy.timing and plan.timing_sets > 0:
+                phases["timing_memory_wait_s"] = reservation.timing()
                 t0 = time.monotonic()
                 with shared_use(dev), self._ref_lock:
                     if self._baselines is None:
@@ -328,9 +358,16 @@ class Evaluator:
         except Exception as e:  # noqa: BLE001
             log.info("baseline failure", exc_info=True)
             out.update(verdict="error", reason=str(Reason.EVALUATOR_ERROR), detail=_failure(e, phases))
+        except BaseException:  # interrupted: the device's room goes back before this does
+            if reservation is not None:
+                reservation.release()
+            raise
         if dev.type == "cuda":
             out["trusted_peak_bytes"] = int(torch.cuda.max_memory_allocated(dev))
             torch.cuda.empty_cache()
+        if reservation is not None:  # after the cached blocks went back
+            reservation.release()
+            out["memory"]["ledger"] = reservation.summary()
         phases["total_s"] = time.monotonic() - t_start
         out["phases"] = {k: round(v, 4) for k, v in phases.items()}
         return out
@@ -338,9 +375,31 @@ class Evaluator:
     # -- the verdict ----------------------------------------------------------------------------------
 
     def evaluate(self, source: str, *, quick: bool = False) -> EvalResult:
+        """Judge a candidate (`_judge`). Never raises: a failure of the judge is verdict "error".
+
+        Memory: each judgement waits for room in the device's memory ledger (`ledger.py`), beside the other
+        evaluations in flight there; the wait is `phases["memory_wait_s"]` (and `timing_memory_wait_s` for the
+        timing's share). A candidate is never rejected for memory its neighbours held: a judgement that ran out
+        of memory (the candidate's `out_of_memory`, or the judge's own) while other evaluations held memory on
+        the device is made once more alone, nothing else of this process admitted meanwhile, and that verdict
+        stands, with a check saying so. Not on the worker's host-memory limit, which is the candidate's own."""
+        result, short_of_memory = self._judge(source, quick)
+        crowded = int(((result.memory or {}).get("ledger") or {}).get("others_in_flight", 0))
+        if not (short_of_memory and crowded):
+            return result
+        first = result
+        result, _ = self._judge(source, quick, alone=True)
+        result.phases["crowded_judgement_s"] = first.phases.get("total_s", 0.0)
+        result.checks.insert(0, Check(name="memory", outcome="info", detail=bound(
+            f"judged again alone: a first judgement ran out of memory ({first.reason}: {first.detail}) while "
+            f"{crowded} other evaluation(s) held memory on the device", 600)))
+        return result
+
+    def _judge(self, source: str, quick: bool = False, alone: bool = False) -> tuple[EvalResult, bool]:
         """Judge a candidate: static check, trials against the reference, the run-time guards and, on CUDA
-        with timing on, the timed comparison with the baselines. Never raises: a failure of the judge is
-        verdict "error".
+        with timing on, the timed comparison with the baselines. Also says whether the verdict is a lack of
+        memory that others' memory could explain. `alone`: admitted with nothing else of this process on the
+        device (`MemoryLedger.admit(exclusive=True)`).
 
         `quick`: the coder's quick check — one trial of the base family plus the problem's
         `get_test_inputs()` sets (its general shapes), every guard, no timing. Not a verdict anyone should
@@ -357,6 +416,8 @@ class Evaluator:
         )
         worker: Worker | None = None
         transport: WireTransport | SharedTransport | None = None
+        reservation: Reservation | None = None
+        short_of_memory = False
         try:
             if self._broken:
                 raise RuntimeError(f"this evaluator can no longer judge: {self._broken}")
@@ -365,6 +426,14 @@ class Evaluator:
             plan = self.plan()
             phases["plan_s"] = time.monotonic() - t0
             result.memory = plan.as_dict()
+            # Room beside the evaluations in flight on the device, before this one's worker takes its share.
+            ledger = ledger_for(self.device)
+            timed = self.device.type == "cuda" and self.policy.timing and not quick and plan.timing_sets > 0
+            reservation = ledger.admit(
+                plan.trial_bytes + plan.hold_bytes, plan.timing_bytes if timed else 0,
+                lambda: usable_bytes(_free_bytes(self.device, ledger, self.policy.device_memory_bytes)),
+                exclusive=alone, label=f"{self.problem.path}: a candidate")
+            phases["memory_wait_s"] = reservation.waited_s
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)
             worker = self.pool.acquire()
@@ -378,8 +447,10 @@ class Evaluator:
             result.versions = {k: str(v) for k, v in info.get("versions", {}).items()}
             if self.device.type == "cuda":  # read here, in the trusted process, not from the worker's word
                 result.versions["gpu"] = torch.cuda.get_device_name(self.device)
-            sandbox = str(info.get("sandbox") or "unknown: the worker did not say")
-            checks.append(Check(name="sandbox", outcome="info", detail=sandbox))
+            confinement = str(info.get("sandbox") or "unknown: the worker did not say")
+            checks.append(Check(name="sandbox", outcome="fail" if info.get("refused") else "info", detail=confinement))
+            if info.get("refused"):  # the worker's own refusal: no candidate is sent to it
+                raise Unconfined(str(info["refused"]))
             if self.device.type == "cuda" and self.policy.shared_buffers and info.get("ipc"):
                 transport = SharedTransport(worker, self.device)
                 checks.append(Check(name="transport", outcome="info",
@@ -395,6 +466,7 @@ class Evaluator:
                 try:
                     if plan.timing_sets < 1:
                         raise LockTimeout(plan.notes[-1] if plan.notes else "no timing set fits in memory")
+                    phases["timing_memory_wait_s"] = reservation.timing()  # this device's timing turn
                     result.timing = self._time(worker, transport, checks, plan, phases)
                     result.timing_unavailable = None
                 except LockTimeout as e:
@@ -410,16 +482,22 @@ class Evaluator:
             if r.errors is not None:  # a failed comparison: its errors are the result's
                 result.max_rel_error, result.norm_rel_error = r.errors
             checks.append(Check(name=r.check, outcome="fail", detail=bound(r.detail, 600)))
+            short_of_memory = r.reason == Reason.OUT_OF_MEMORY
         except WorkerFault as f:
             result.reason, result.detail = f.reason, bound(f.detail)
             checks.append(Check(name="worker", outcome="fail", detail=bound(f.detail, 600)))
+            # the watchdog's host-memory limit is the candidate's own, whoever else is on the device
+            short_of_memory = f.reason == Reason.OUT_OF_MEMORY and not (worker is not None and worker._oom)
         except ProblemTooLarge as e:
             self._judge_error(result, checks, Reason.PROBLEM_TOO_LARGE, str(e))
+        except Unconfined as e:
+            result.verdict, result.reason, result.detail = "error", Reason.UNCONFINED, bound(str(e))
         except ProblemError as e:
             self._judge_error(result, checks, Reason.BAD_PROBLEM, str(e))
         except Exception as e:  # noqa: BLE001 - the judge failed, not the candidate: say so, never raise
             log.info("evaluator failure", exc_info=True)
             self._judge_error(result, checks, Reason.EVALUATOR_ERROR, _failure(e, phases))
+            short_of_memory = _is_oom(e)
             if "CUDA error" in str(e) or "illegal" in str(e).lower():
                 self._broken = f"a CUDA error in the trusted process ({str(e)[:200]})"
         finally:
@@ -445,10 +523,14 @@ class Evaluator:
                     torch.cuda.empty_cache()
                 except Exception:  # noqa: BLE001
                     pass
+            if reservation is not None:  # last: the worker is gone and the cached blocks given back
+                reservation.release()
+                if result.memory is not None:
+                    result.memory["ledger"] = reservation.summary()
         result.checks = checks
         phases["total_s"] = time.monotonic() - t_start
         result.phases = {k: round(v, 4) for k, v in phases.items()}
-        return result
+        return result, short_of_memory
 
     def _judge_error(self, result: EvalResult, checks: list[Check], reason: Reason, detail: str) -> None:
         result.verdict, result.reason, result.detail = "error", reason, bound(detail)
@@ -474,6 +556,9 @@ class Evaluator:
     def _run(self, worker: Worker, transport: WireTransport | SharedTransport, source: str, result: EvalResult,
              checks: list[Check], phases: dict[str, float], plan: Plan, quick: bool = False) -> None:
         ref = self.reference
+        # One compile allowance for the whole evaluation, stated in the phases (and kept there as it is drawn).
+        worker.allow_compiling(self.policy.limits.compile_allowance(
+            self.device.type, ref.forward_s, declared_variants(source)), phases)
         t0 = time.monotonic()
         header, _ = worker.request({"op": "load"}, self._load_payload(source), self._limits()["load_s"],
                                    "import and construction", compiles=True)
@@ -561,9 +646,12 @@ class Evaluator:
                     rec_max, rec_norm = compare_all(outs, trial.gold, trial.tolerance, label)
                 except Reject as first:
                     # before a failure on a draw whose PyTorch error was never measured stands, measure it
-                    # (GPU lock first, then the reference's: see _roofline) and judge as for a sensitive family
-                    with self._ref_lock:
-                        looked, widened = ref.second_look(trial)
+                    # (GPU lock first, then the reference's: see _roofline) and judge as for a sensitive family;
+                    # only a failure of the values: a wrong shape or unwritten elements are the kernel's alone
+                    looked, widened = "stands", None
+                    if first.reason in (Reason.WRONG_OUTPUT, Reason.NAN_OUTPUT):
+                        with self._ref_lock:
+                            looked, widened = ref.second_look(trial)
                     failure: Reject | None = None if looked == "skip" else first
                     if looked == "widened" and widened is not None:
                         try:
@@ -596,9 +684,13 @@ class Evaluator:
             transport.release()
             sub["release"] += time.monotonic() - t4
             judge_s += time.monotonic() - t0
-        if calls == 0:
+        # a family none of whose draws was judged: skipped whole, or every draw of it skipped alone (PyTorch too
+        # far off, or NaN/Inf where the gold is finite, on each); none judged at all is no verdict
+        with self._ref_lock:
+            family_skips = ref.family_skips({f for f, _ in order}, {t.family for t in result.trials})
+        if not result.trials:
             raise ProblemError(f"{self.problem.path}: no input family could be checked "
-                               f"({'; '.join(f'{f}: {w}' for f, w in ref.skipped.items())})")
+                               f"({'; '.join(f'{f}: {w}' for f, w in family_skips.items())})")
         if self._flags is None and flag_sets:
             self._flags = sorted(set.intersection(*flag_sets))
         phases["trials_s"] = time.monotonic() - t_trials
@@ -613,7 +705,7 @@ class Evaluator:
         result.families = sorted({t.family for t in result.trials})
         for note in ref.notes + ([f"gold: {ref.gold_note}"] if ref.gold_note else []):
             checks.append(Check(name="tolerance", outcome="info", detail=note))
-        for fam, why in ref.skipped.items():
+        for fam, why in family_skips.items():
             checks.append(Check(name=f"family:{fam}", outcome="skip", detail=why))
         if ref.kept_buffers:
             checks.append(Check(name="buffers", outcome="info",
@@ -690,33 +782,29 @@ class Evaluator:
             torch.cuda.empty_cache()  # fresh segments for the timing sets: no cached trial block split under them
             inputs = self.reference.timing_inputs(plan.timing_sets)
         phases["timing_inputs_s"] = time.monotonic() - t0
-        out_bytes = int(plan.footprint.get("output_bytes", 0)) * len(inputs)
+        out_bytes = int(plan.footprint.get("output_bytes", 0))
         lim = self._limits(pol.timing_reps + pol.warmup)
         idx = self.device.index or 0
         native_recheck = plan.timing_gold == "native"
         tol = self.reference.family_tolerance("base") * (
             2 if native_recheck and self.reference.gold_precision != GOLD_NATIVE else 1)
+
+        def check(k: int, outs: list[torch.Tensor], label: str) -> None:
+            # (the measurement lock is held: taking the reference's lock under it keeps the lock order)
+            with self._ref_lock:
+                self._recheck_timed(inputs[k], outs, native_recheck, tol, label)
+
         with measurement_lock(self.device):
             t_lock = time.monotonic()
             clocks_before = gpu_monitor.read(idx)
             eager_a = self._baselines.eager(inputs, pol.timing_reps, pol.warmup)
             t0 = time.monotonic()
-            header, outs = transport.time(inputs, pol.timing_reps, pol.warmup, lim["timing_s"], out_bytes)
-            phases["timing_candidate_s"] = time.monotonic() - t0
-            judge_record(header, "timing")
-            judge_processes(worker.stray_processes(), "timing")
-            judge_timing_reply(header, len(inputs), len(outs))
-            counts = header.get("counts") or []
-            # The timed outputs are re-checked before the worker goes (its outputs go with it), set by set.
-            t0 = time.monotonic()
-            pos = 0
             torch.cuda.empty_cache()  # the eager run's freed outputs are the gold's room now
-            with self._ref_lock:
-                for k, n in enumerate(counts):
-                    self._recheck_timed(inputs[k], outs[pos:pos + n], native_recheck, tol, k)
-                    pos += n
-            del outs
-            phases["timing_recheck_s"] = time.monotonic() - t0
+            timed = time_candidate(transport, worker, inputs, pol.timing_reps, pol.warmup, check,
+                                   call_s=lim["call_s"], total_s=lim["timing_s"], out_bytes=out_bytes,
+                                   share=pol.check_share, rng=random.Random(secrets.randbits(64)))
+            phases["timing_candidate_s"] = time.monotonic() - t0 - timed.check_s
+            phases["timing_recheck_s"] = timed.check_s
             # The worker is done: nothing of the candidate's may run while the baseline is timed again.
             transport.close()
             worker.kill()
@@ -728,25 +816,29 @@ class Evaluator:
             phases["timing_compile_s"] = time.monotonic() - t0
             measure_s = time.monotonic() - t_lock
         checks.append(Check(name="timed_outputs", outcome="pass",
-                            detail=f"outputs of {len(inputs)} timed input sets re-checked"))
-        cand = samples_from(header)
+                            detail=f"{len(timed.checked)} of {pol.timing_reps} timed repetitions over "
+                                   f"{len(inputs)} input sets checked, each chosen at random after it ran"))
         roof, floor_why = None, None
         try:
             roof = self._roofline(inputs[0])
         except Exception as e:  # noqa: BLE001 - the floor is informative; its failure must not fail the verdict
             floor_why = f"{type(e).__name__}: {e}"[:300]
-        summary, check = timing_summary(cand, eager_a, eager_b, compiled, compile_why, clocks_before,
-                                        clocks_after, roof, floor_why, pol.compile_mode)
-        checks.append(check)
+        summary, check_ = timing_summary(timed.samples, eager_a, eager_b, compiled, compile_why, clocks_before,
+                                         clocks_after, roof, floor_why, pol.compile_mode, checked=timed.checked)
+        checks.append(check_)
         summary["timing_sets"] = len(inputs)
+        summary["checked_reps"] = len(timed.checked)
         summary["measure_s"] = measure_s  # seconds this evaluation held the GPU exclusively
         del inputs
         return Timing.model_validate(summary)
 
-    def _recheck_timed(self, inputs: list[Any], outs: list[torch.Tensor], native: bool, tol: float, k: int) -> None:
+    def _recheck_timed(self, inputs: list[Any], outs: list[torch.Tensor], native: bool, tol: float,
+                       label: str) -> None:
         gold = self.reference.gold_for(inputs, native=native)
+        if len(outs) != len(gold):
+            raise Reject(Reason.WRONG_OUTPUT, f"{label}: {len(outs)} outputs, expected {len(gold)}", "timing")
         try:
-            compare_all(outs, gold[:len(outs)], tol, f"timed repetition on input set {k}")
+            compare_all(outs, gold, tol, label)
         except Reject as r:
             raise Reject(r.reason, r.detail, "timing") from None
 

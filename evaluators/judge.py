@@ -15,7 +15,7 @@ import torch
 
 from .compare import bitwise_equal, compare
 from .result import Check, Reason
-from .timing import Samples, judge_speedup, noise_band, suspect_flags
+from .timing import Samples, judge_speedup, noise_band, split_flag, suspect_flags
 from .wire import dtype_name
 
 
@@ -34,7 +34,7 @@ class Reject(Exception):
 KIND_REASON = {
     "import": Reason.COMPILE_ERROR, "missing_model_new": Reason.MISSING_MODEL_NEW, "init": Reason.INIT_ERROR,
     "parameters": Reason.PARAMETER_MISMATCH, "exception": Reason.RUNTIME_ERROR, "out_of_memory": Reason.OUT_OF_MEMORY,
-    "cuda_error": Reason.CUDA_ERROR, "protocol": Reason.WORKER_ERROR,
+    "cuda_error": Reason.CUDA_ERROR, "protocol": Reason.WORKER_ERROR, "unconfined": Reason.UNCONFINED,
 }
 """The worker's failure kinds (header["kind"]) and the verdicts they become; anything else is a runtime error."""
 
@@ -195,27 +195,10 @@ def judge_recheck(changed: Any) -> None:
                      "results must be complete when forward returns", "recheck")
 
 
-def judge_timing_reply(header: dict[str, Any], n_sets: int, n_outs: int) -> None:
-    """The timing request's reply: it succeeded, returned plain tensors, one group of outputs per input set."""
-    judge_ok(header, "timing", "timing")
-    if header.get("bad_outputs"):
-        raise Reject(Reason.BAD_OUTPUT, "timing: forward returned something other than plain tensors", "timing")
-    counts = header.get("counts") or []
-    if len(counts) != n_sets or sum(counts) != n_outs:
-        raise Reject(Reason.WORKER_ERROR, "timing: the worker's outputs do not match the input sets", "timing")
-
-
-def samples_from(header: dict[str, Any]) -> Samples:
-    """The candidate's timing samples from the timing reply."""
-    return Samples(event_ms=[float(x) for x in header["event_ms"]], wall_ms=[float(x) for x in header["wall_ms"]],
-                   outer_ms=[float(x) for x in header.get("outer_ms", [])],
-                   pre_ms=[float(x) for x in header.get("pre_ms", [])])
-
-
 def timing_summary(cand: Samples, eager_a: Samples, eager_b: Samples, compiled: dict[str, Any] | None,
                    compile_why: str | None, before: dict[str, Any], after: dict[str, Any],
                    roof: dict[str, float] | None, floor_unavailable: str | None,
-                   compile_mode: str | None) -> tuple[dict[str, Any], Check]:
+                   compile_mode: str | None, checked: list[int] | None = None) -> tuple[dict[str, Any], Check]:
     """The candidate's timing against the eager runs before and after it (their spread is the A/A noise
     band) and the compiled baseline: speedups judged against the band, the roofline position (`roof`, or
     why it is unavailable), suspect flags. `compile_mode` is the policy's, reported when no compiled
@@ -249,6 +232,9 @@ def timing_summary(cand: Samples, eager_a: Samples, eager_b: Samples, compiled: 
     timing["best_baseline"] = "torch.compile" if compiled and compiled["median_ms"] < eager_ms else "eager"
     flags, flush_spin = suspect_flags(cand, eager_a, floor_ms=floor, clocks={"before": before, "after": after},
                                       best_baseline_ms=best)
+    split = split_flag(cand, checked, band) if checked is not None else None
+    if split:
+        flags.append(split)
     if flush_spin:
         timing["flush_spin_ms"] = flush_spin
     timing["suspect"] = flags

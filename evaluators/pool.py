@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import wire
+from . import sandbox, wire
 from .device import resolve_device
 from .locks import lock_paths
 from .result import Reason
@@ -57,7 +57,32 @@ def scrubbed_env(scratch: str, device: str, base: dict[str, str] | None = None) 
         env["CUDA_VISIBLE_DEVICES"] = ""
     else:
         env.pop("TRITON_INTERPRET", None)
+    if src.get(sandbox.REPORT_UNCONFINED_ENV):  # a test switch that can only make the worker refuse more
+        env[sandbox.REPORT_UNCONFINED_ENV] = "1"
     return env
+
+
+_SCRATCH_ROOT: str | None = None
+_SCRATCH_LOCK = threading.Lock()
+
+
+def scratch_root() -> str:
+    """This process's private folder (0700) that holds its workers' scratch folders, made on first use and
+    removed at exit. One folder per trusted process, so a worker's sandbox can refuse it (and the temporary
+    folder around it) as a whole and grant only the worker's own scratch (see `sandbox.py`)."""
+    global _SCRATCH_ROOT
+    with _SCRATCH_LOCK:
+        if _SCRATCH_ROOT is None or not os.path.isdir(_SCRATCH_ROOT):
+            import atexit
+
+            _SCRATCH_ROOT = tempfile.mkdtemp(prefix=sandbox.SCRATCH_PARENT_PREFIX)
+            atexit.register(_remove_scratch_root, _SCRATCH_ROOT, os.getpid())
+        return _SCRATCH_ROOT
+
+
+def _remove_scratch_root(path: str, owner: int) -> None:
+    if os.getpid() == owner:  # a forked child that exits normally leaves its parent's workers alone
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass
@@ -75,12 +100,17 @@ class WorkerFault(Exception):
 class Limits:
     """Per-phase wall-clock limits (seconds) and the host-memory limit of one candidate process.
 
-    Compilation and execution are limited separately. A phase that may compile (the import, the first
-    forward, a profile) gets its execution limit plus a compile allowance: the deadline moves on while
-    the worker's Triton cache keeps growing (a kernel is being compiled), until nothing new has appeared
-    for `compile_quiet_s`, and never past `compile_cap_s`. Execution limits left at None are scaled from
-    the reference forward's own measured time (`scaled`), with a floor, so a hang on a small problem is
-    judged in seconds and a large problem is never cut short."""
+    Compilation and execution are limited separately. Execution limits left at None are scaled from the
+    reference forward's own measured time (`scaled`), with a floor, so a hang on a small problem is judged
+    in seconds and a large problem is never cut short.
+
+    Compilation draws on one allowance per evaluation (`compile_allowance`), fixed before the candidate
+    runs and stated in the verdict's phases: a phase that may compile (the import, the first forward, a
+    profile) may run past its execution limit only while the worker is seen compiling new kernels (see
+    `CompileLedger`), and every second past the limit is drawn from that allowance, whichever phase draws
+    it. Nothing the candidate does can make the allowance larger; progress only decides whether a phase
+    may draw on what is left. So a candidate that fakes compilation forever is judged `timeout` at the
+    latest its execution limit plus the allowance after its phase began."""
 
     startup_s: float = 120.0
     load_s: float = 30.0
@@ -91,8 +121,25 @@ class Limits:
     timing_s: float | None = None
     """the whole timing request; None: scaled from the repetitions and the reference forward"""
     memory_bytes: int = 16 << 30
-    compile_quiet_s: float = 20.0
+    compile_base_s: float = 120.0
+    """on a GPU, the compile allowance of an evaluation whatever it declares: Triton's launcher and
+    utilities (a C compiler run each) and a first kernel or two"""
+    compile_variant_s: float = 15.0
+    """on a GPU, added per kernel variant the source declares (`declared_variants`): one compilation of a
+    Triton kernel, stage by stage down to ptxas, takes one to ten seconds, rarely more"""
+    compile_tune_factor: float = 10.0
+    """on a GPU, also added per declared variant, times the reference forward: the autotuner runs every
+    config it compiled a few times, and a config may be several times slower than the reference"""
     compile_cap_s: float = 600.0
+    """the most compile allowance an evaluation ever gets (also the allowance when nothing was declared)"""
+    cpu_compile_s: float = 15.0
+    """the whole allowance on the CPU, where Triton's interpreter compiles nothing (an honest candidate
+    draws none of it; its kernels' slowness is execution, scaled by `cpu_call_factor`)"""
+    compile_quiet_s: float = 20.0
+    """a phase past its execution limit stops when nothing new has been compiled for this long"""
+    compile_kernel_s: float = 180.0
+    """the longest one kernel's compilation is believed to go on: a cache entry stops counting as progress
+    this long after it first appeared, however many files it still gains"""
     call_floor_s: float = 10.0
     call_factor: float = 50.0
     cpu_call_floor_s: float = 30.0
@@ -109,28 +156,213 @@ class Limits:
         timing = self.timing_s if self.timing_s is not None else max(60.0, call + reps * (20 * ref + 0.02))
         return {"load_s": self.load_s, "first_call_s": first, "call_s": call, "timing_s": timing}
 
+    def compile_allowance(self, device_type: str, ref_forward_s: float | None = None,
+                          variants: int | None = None) -> float:
+        """One evaluation's whole compile allowance, in seconds.
+
+        On a GPU: `compile_base_s`, plus for each kernel variant the candidate's source declares
+        (`declared_variants`: its @jit kernels and its autotune configs) one compilation
+        (`compile_variant_s`) and the autotuner's runs of it (`compile_tune_factor` times the reference
+        forward), never more than `compile_cap_s`; the cap when the variants are not known. An autotuned
+        kernel with 20 configs on a 1 ms problem gets 120 + 21 x 15.01 = 435 s. The declaration is the
+        candidate's word, so it only moves the allowance between the base and the cap, both stated.
+        On the CPU: `cpu_compile_s`, whatever is declared: the interpreter compiles nothing."""
+        if device_type == "cpu":
+            return self.cpu_compile_s
+        if variants is None:
+            return self.compile_cap_s
+        per = self.compile_variant_s + self.compile_tune_factor * max(ref_forward_s or 0.0, 0.0)
+        return min(self.compile_cap_s, self.compile_base_s + max(variants, 1) * per)
+
 
 class _Expired(Exception):
-    """The phase's deadline passed with no compilation going on."""
+    """The phase's deadline passed with no compilation going on, or with the compile allowance spent."""
 
 
-def _latest_mtime(path: str) -> float:
-    latest = 0.0
-    stack = [path]
-    while stack:
+_FIRST_STAGES = (".source", ".ttir")
+"""What Triton's compiler puts into a kernel's cache entry first, before the slow stages (down to ptxas)"""
+_GROUP_PREFIX = "__grp__"
+"""The file Triton puts last into a kernel's cache entry, naming the whole set of artefacts"""
+
+
+def declared_variants(source: str) -> int:
+    """How many kernel variants a candidate's source declares: one per function decorated with a `jit`
+    (a Triton kernel compiles at least once) plus one per `Config(...)` (an autotune config compiles
+    apart); a `Config` inside a comprehension counts once per element of its literal ranges and lists (8
+    for one that is not literal). Only a scale for the compile allowance, which caps it: 0 for a source
+    that does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return 0
+
+    def name_of(node: ast.AST) -> str:
+        node = node.func if isinstance(node, ast.Call) else node
+        return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+    def length(it: ast.AST) -> int:
+        if isinstance(it, (ast.List, ast.Tuple, ast.Set)):
+            return max(len(it.elts), 1)
+        if isinstance(it, ast.Call) and name_of(it) == "range" and it.args and \
+                all(isinstance(a, ast.Constant) and isinstance(a.value, int) for a in it.args):
+            return max(len(range(*(a.value for a in it.args))), 1)  # type: ignore[misc]
+        return 8
+
+    count = 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            count += sum(1 for d in node.decorator_list if name_of(d) == "jit")
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)) and name_of(node.elt) == "Config":
+            n = 1
+            for gen in node.generators:
+                n *= length(gen.iter)
+            count += min(n, 256) - 1  # the Config call itself is counted below
+        elif isinstance(node, ast.Call) and name_of(node) == "Config":
+            count += 1
+    return min(count, 1024)
+
+
+@dataclass
+class _Entry:
+    """One directory of the worker's Triton cache (Triton's layout: one per cache key) that appeared during
+    the evaluation."""
+
+    first_seen: float
+    files: set[str]
+    building: bool = False
+    """holds a Triton compile's first stage and not yet its group file: a kernel being compiled"""
+    done: bool = False
+    """its artefacts are complete (or it never was a compile in progress): it is no longer evidence"""
+
+
+class CompileLedger:
+    """One evaluation's compile allowance: what it is, what phases drew from it, and the evidence that a
+    worker is compiling (the worker is single-use, so a worker's ledger is its evaluation's).
+
+    Evidence, seen by the trusted side in the worker's own Triton cache at each look (about twice a
+    second while a compiling phase waits), on its own clock (file times are the candidate's to set):
+    - a new cache entry (a directory under the cache, Triton's one-per-key layout) gaining its first
+      files, or a file of a new name in an entry still being compiled, is progress;
+    - an entry holding a compile's first stage (`.source`/`.ttir`) and not yet its group file
+      (`__grp__*`, put last) is a kernel being compiled: ptxas may be silent for longer than the quiet
+      window, so such an entry counts as compiling, for at most `compile_kernel_s` after it appeared;
+    - nothing else is: rewriting or touching a file (its name is not new), writing into an entry that
+      was there before the evaluation compiled anything, into a complete one, or into one that appeared
+      more than `compile_kernel_s` ago, files outside an entry, Triton's own temporary folders.
+    A phase past its execution limit goes on while the last progress is under `compile_quiet_s` old or
+    a kernel is being compiled, and every second it goes on is drawn from the allowance.
+
+    None of this evidence is unforgeable: a candidate can put a new entry through Triton's cache manager
+    every second, or really compile a new specialisation every second, which is compilation. That is why
+    the evidence never enlarges the allowance: it only lets a phase draw on what is left, and the total,
+    fixed before the candidate ran, is the bound. Each look is bounded too (`MAX_ENTRIES` entries,
+    `MAX_LISTINGS` folders listed, `MAX_FILES` names each), so a cache flooded with entries slows no
+    deadline: what the look cannot read is not evidence."""
+
+    MAX_ENTRIES = 4096
+    MAX_LISTINGS = 128
+    MAX_FILES = 64
+
+    def __init__(self, cache_dir: str, allowance_s: float, quiet_s: float, kernel_s: float) -> None:
+        self.cache_dir = cache_dir
+        self.allowance_s = max(allowance_s, 0.0)
+        self.quiet_s = quiet_s
+        self.kernel_s = kernel_s
+        self.used_s = 0.0
+        self.record: dict[str, float] | None = None
+        """where the figures go as they change (the verdict's phases), so a timeout's verdict states them"""
+        self._known: dict[str, _Entry | None] = {}
+        """None: there before the first look, or not a folder: never evidence"""
+        self._based = False
+        self._last_progress = float("-inf")
+        self._building_until = float("-inf")
+
+    def left(self) -> float:
+        return max(self.allowance_s - self.used_s, 0.0)
+
+    def draw(self, seconds: float) -> float:
+        """Charge `seconds` past a phase's execution limit to the allowance (never more than is left);
+        the seconds drawn."""
+        drawn = min(max(seconds, 0.0), self.left())
+        self.used_s += drawn
+        self._write()
+        return drawn
+
+    def state(self, record: dict[str, float] | None) -> None:
+        self.record = record
+        self._write()
+
+    def _write(self) -> None:
+        if self.record is not None:
+            self.record["compile_allowance_s"] = self.allowance_s
+            self.record["compile_used_s"] = self.used_s
+
+    def begin(self) -> None:
+        """Before the evaluation's first compiling request: what is in the cache now is not its doing."""
+        if not self._based:
+            self.look(baseline=True)
+            self._based = True
+
+    def compiling(self, now: float) -> bool:
+        return now - self._last_progress <= self.quiet_s or now <= self._building_until
+
+    def look(self, baseline: bool = False) -> float:
+        """Read the cache once for new evidence (with `baseline`: only note what is there); the trusted
+        clock after the look."""
+        now = time.monotonic()
+        progress = False
+        building_until = float("-inf")
+        listings = 0
         try:
-            with os.scandir(stack.pop()) as it:
-                for e in it:
-                    try:
-                        st = e.stat(follow_symlinks=False)
-                    except OSError:
+            with os.scandir(self.cache_dir) as it:
+                for n, e in enumerate(it):
+                    if n >= self.MAX_ENTRIES:
+                        break
+                    if e.name not in self._known:
+                        if len(self._known) >= self.MAX_ENTRIES:
+                            continue
+                        is_dir = not baseline and e.is_dir(follow_symlinks=False) and not e.name.startswith("tmp.")
+                        self._known[e.name] = _Entry(first_seen=now, files=set()) if is_dir else None
+                    entry = self._known[e.name]
+                    if entry is None or entry.done:
                         continue
-                    latest = max(latest, st.st_mtime)
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
+                    if now - entry.first_seen > self.kernel_s:
+                        entry.done = True
+                        continue
+                    if listings >= self.MAX_LISTINGS:
+                        continue
+                    listings += 1
+                    names = self._names(e.path)
+                    if names - entry.files:
+                        entry.files |= names
+                        progress = True
+                    group = any(f.startswith(_GROUP_PREFIX) for f in entry.files)
+                    entry.building = not group and any(f.endswith(_FIRST_STAGES) for f in entry.files)
+                    entry.done = bool(entry.files) and not entry.building
+                    if entry.building:
+                        building_until = max(building_until, entry.first_seen + self.kernel_s)
         except OSError:
-            continue
-    return latest
+            pass
+        now = time.monotonic()
+        if progress:
+            self._last_progress = now
+        self._building_until = building_until
+        return now
+
+    def _names(self, path: str) -> set[str]:
+        names: set[str] = set()
+        try:
+            with os.scandir(path) as it:
+                for n, e in enumerate(it):
+                    if n >= self.MAX_FILES:
+                        break
+                    if not e.name.startswith("tmp.") and e.is_file(follow_symlinks=False):
+                        names.add(e.name)
+        except OSError:
+            pass
+        return names
 
 
 class _Spawner:
@@ -180,14 +412,19 @@ class Worker:
     """One candidate process. Single-use: after `close()` (or any fault) it is gone."""
 
     def __init__(self, device: str, limits: Limits, wrapper: list[str] | None = None,
-                 base_cache: str | None = None, on_ready: Any = None, deferred: bool = False) -> None:
+                 base_cache: str | None = None, on_ready: Any = None, deferred: bool = False,
+                 allow_unconfined: bool = False) -> None:
         """With `deferred`, the process starts and imports at once but creates its CUDA context (which holds
         the GPU in shared use) only when told to (`go()`, or the first request): a spare started while an
-        evaluation is running then never delays that evaluation's measurement."""
+        evaluation is running then never delays that evaluation's measurement.
+
+        Under a profiler `wrapper` (ncu) the worker confines itself all the same (`--profiled`). Where it
+        cannot confine itself it loads no candidate, unless `allow_unconfined` (the user's opt-out, passed
+        on its command line: its environment never carries it)."""
         self.device = device
         self.limits = limits
         self.on_ready = on_ready
-        self.scratch = tempfile.mkdtemp(prefix="kw-worker-")
+        self.scratch = tempfile.mkdtemp(prefix=sandbox.SCRATCH_PREFIX, dir=scratch_root())  # 0700, in a 0700 folder
         self.cache_dir = os.path.join(self.scratch, "triton-cache")
         if base_cache and os.path.isdir(base_cache):
             # A copy of what a pristine worker compiled at start-up (Triton's driver utilities, launchers):
@@ -204,7 +441,8 @@ class Worker:
         self.proc = _spawner().popen(
             [*(wrapper or []), sys.executable, "-s", "-m", "kernelwright.evaluators.worker", "--fd", str(child.fileno()),
              "--device", device, "--spawned", repr(time.time()),
-             *(["--no-sandbox"] if wrapper else ["--parent", str(os.getpid())]),
+             *(["--profiled"] if wrapper else ["--parent", str(os.getpid())]),
+             *(["--allow-unconfined"] if allow_unconfined else []),
              *(["--gpu-lock", *lock_paths(torch.device(device))] if device.startswith("cuda") else []),
              *(["--wait-go"] if deferred else [])],
             cwd=self.scratch, env=scrubbed_env(self.scratch, device), stdin=subprocess.DEVNULL,
@@ -323,11 +561,32 @@ class Worker:
             self.on_ready(self)
         return header
 
+    _ledger: CompileLedger | None = None
+
+    @property
+    def compile_ledger(self) -> CompileLedger:
+        """This worker's (this evaluation's) compile allowance; until `allow_compiling` says otherwise, the
+        allowance of a problem whose variants are unknown (the cap on a GPU)."""
+        if self._ledger is None:
+            lim = self.limits
+            self._ledger = CompileLedger(self.cache_dir, lim.compile_allowance(self.device.split(":")[0]),
+                                         lim.compile_quiet_s, lim.compile_kernel_s)
+        return self._ledger
+
+    def allow_compiling(self, allowance_s: float, record: dict[str, float] | None = None) -> None:
+        """Set the evaluation's compile allowance (`Limits.compile_allowance`), before its first compiling
+        request; with `record`, keep `compile_allowance_s` and `compile_used_s` there as they change."""
+        ledger = self.compile_ledger
+        ledger.allowance_s = max(allowance_s, 0.0)
+        ledger.state(record)
+
     def request(self, header: dict[str, Any], payload: Any, timeout: float, phase: str,
                 max_bytes: int = 1 << 34, compiles: bool = False) -> tuple[dict[str, Any], Any]:
-        """Send one request and wait for the reply. With `compiles`, the deadline moves on while the
-        worker's Triton cache grows (see `Limits`)."""
+        """Send one request and wait for the reply. With `compiles`, the phase may run past `timeout` on
+        the evaluation's compile allowance while the worker is seen compiling (see `CompileLedger`)."""
         self.wait_ready()
+        if compiles:
+            self.compile_ledger.begin()
         try:
             wire.send(self.sock, header, payload, timeout=max(timeout, 30.0))
         except wire.WireError as e:
@@ -337,44 +596,48 @@ class Worker:
 
     def _receive(self, timeout: float, phase: str, max_bytes: int = 1 << 34,
                  compiles: bool = False) -> tuple[dict[str, Any], Any]:
+        """The reply, within `timeout`; with `compiles`, past it only while the worker compiles and only
+        as long as the compile allowance lasts: the deadline is never later than `timeout` plus what is
+        left of the allowance (the socket's own deadline, kept even by a worker that trickles bytes), and
+        a look about twice a second ends the phase earlier once nothing is compiling."""
         start = time.monotonic()
-        compiled_until = [start]
+        ledger = self.compile_ledger if compiles else None
+        left = ledger.left() if ledger is not None else 0.0
         poll = self._poll
-        if compiles:
-            base_mtime = _latest_mtime(self.cache_dir)
-
+        if ledger is not None:
             def poll() -> None:
                 self._poll()
-                now = time.monotonic()
-                if now - start <= timeout:
-                    return
-                latest = _latest_mtime(self.cache_dir)
-                if latest > base_mtime:
-                    compiled_until[0] = max(compiled_until[0], now - max(time.time() - latest, 0.0))
-                if now - compiled_until[0] > self.limits.compile_quiet_s:
+                now = ledger.look()
+                over = now - start - timeout
+                if over > 0 and (over >= left or not ledger.compiling(now)):
                     raise _Expired()
-        cap = max(timeout, self.limits.compile_cap_s) if compiles else timeout
+
+        def drawn() -> float:
+            return ledger.draw(time.monotonic() - start - timeout) if ledger is not None else 0.0
+
         try:
-            reply = wire.recv(self.sock, timeout=cap, max_bytes=max_bytes, poll=poll)
-            peak = reply[0].get("device_peak")
-            if isinstance(peak, int):  # the worker's word: informative only (a memory figure, never a verdict)
-                self.device_peak = max(self.device_peak, peak)
-            # The watchdog also looks once per reply: a quick phase (a load that hoards memory in well under
-            # the half-second poll interval, on a fast machine) must not slip past it.
-            self._poll()
-            return reply
+            reply = wire.recv(self.sock, timeout=timeout + left, max_bytes=max_bytes, poll=poll)
         except (wire.WireTimeout, _Expired):
             self.kill()
-            spent = time.monotonic() - start
-            compiling = compiled_until[0] - start
-            how = f" ({compiling:.0f} s of it compiling)" if compiles and compiling > 1 else ""
-            raise WorkerFault(Reason.TIMEOUT, f"the candidate did not finish {phase} within {spent:.0f} s{how}; "
-                              f"its limit there is {timeout:.0f} s of execution") from None
+            spent, drew = time.monotonic() - start, drawn()
+            raise WorkerFault(Reason.TIMEOUT, f"the candidate did not finish {phase} within {spent:.0f} s; "
+                              f"its limit there is {timeout:.0f} s of execution"
+                              + _compile_said(ledger, drew)) from None
         except wire.PeerClosed:
+            drawn()
             raise self._died(phase) from None
         except wire.WireError as e:
             self.kill()
+            drawn()
             raise WorkerFault(Reason.CRASHED, f"the candidate's process sent a malformed message during {phase} ({e})") from None
+        drawn()
+        peak = reply[0].get("device_peak")
+        if isinstance(peak, int):  # the worker's word: informative only (a memory figure, never a verdict)
+            self.device_peak = max(self.device_peak, peak)
+        # The watchdog also looks once per reply: a quick phase (a load that hoards memory in well under
+        # the half-second poll interval, on a fast machine) must not slip past it.
+        self._poll()
+        return reply
 
     def log_tail(self, limit: int = LOG_LIMIT) -> str:
         try:
@@ -415,6 +678,18 @@ class Worker:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+def _compile_said(ledger: CompileLedger | None, drew: float) -> str:
+    """What a timeout's detail says of the compile allowance."""
+    if ledger is None:
+        return ""
+    if ledger.left() < 0.5:
+        return (f", plus the evaluation's whole compile allowance of {ledger.allowance_s:.0f} s, now spent "
+                f"({drew:.0f} s of it here, while it seemed to compile)")
+    return (f"; {drew:.0f} s of it went on while it seemed to compile, then nothing new was compiled for "
+            f"{ledger.quiet_s:.0f} s (compile allowance: {ledger.used_s:.0f} of {ledger.allowance_s:.0f} s used)"
+            if drew >= 1 else f" (compile allowance: {ledger.used_s:.0f} of {ledger.allowance_s:.0f} s used)")
+
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -435,13 +710,15 @@ class WorkerPool:
     """Hands out fresh workers for one device, keeping `spares` started ahead of need."""
 
     def __init__(self, device: str, limits: Limits | None = None, spares: int = 1,
-                 defer: bool | None = None) -> None:
+                 defer: bool | None = None, allow_unconfined: bool = False) -> None:
         # "cuda" becomes "cuda:N" here, once: a worker sets that exact device, and an Evaluator sharing the
         # pool must judge on the same one.
         self.device = str(resolve_device(device))
         self.limits = limits or Limits()
         self.spares = spares
         self.defer = self.device.startswith("cuda") if defer is None else defer
+        self.allow_unconfined = allow_unconfined
+        """the user's opt-out: workers that cannot confine themselves load candidates all the same"""
         self._ready: deque[Worker] = deque()
         self._lock = threading.Lock()
         self._closed = False
@@ -450,7 +727,7 @@ class WorkerPool:
 
     def _new(self) -> Worker:
         return Worker(self.device, self.limits, base_cache=self._base_cache, on_ready=self._seed,
-                      deferred=self.defer)
+                      deferred=self.defer, allow_unconfined=self.allow_unconfined)
 
     def _seed(self, worker: Worker) -> None:
         """Keep the Triton cache of the first worker to come up, before any candidate ran in it."""
@@ -489,6 +766,12 @@ class WorkerPool:
         if following is not None:
             following.go()
         return worker
+
+    def started_spares(self) -> int:
+        """Spare workers let go (their CUDA context made, or being made) and not yet handed out: device memory
+        the ledger counts as held outside it (`ledger.py`). Read without the pool's lock, which `fill` holds while
+        it spawns: a count one spare off for a moment is harmless to an estimate."""
+        return sum(1 for w in list(self._ready) if w._went)
 
     def close(self) -> None:
         with self._lock:

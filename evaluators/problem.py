@@ -33,7 +33,7 @@ class Precision(StrEnum):
 
     @property
     def tolerance(self) -> float:
-        """Per-element tolerance, relative to |ref| + rms(ref) (VERIFIER.md, 'Numbers to hold to')."""
+        """Per-element tolerance, relative to |ref| + rms(ref) (docs/verifier.md, 'Numbers held to')."""
         return {"fp32": 1e-4, "tf32": 2e-3, "bf16": 1e-2, "fp16": 1e-2}[self.value]
 
     @property

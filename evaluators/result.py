@@ -57,6 +57,8 @@ class Reason(StrEnum):
     # verdict "error": the judge could not judge, and the candidate is not to blame).
     WORKER_ERROR = "worker_error"
     PROBLEM_TOO_LARGE = "problem_too_large"
+    UNCONFINED = "unconfined"
+    """the OS sandbox cannot confine candidate code here and the user did not opt out: nothing was run"""
     BAD_PROBLEM = "bad_problem"
     EVALUATOR_ERROR = "evaluator_error"
 
@@ -158,6 +160,8 @@ class Timing(BaseModel):
     """reasons not to believe the timing (a suspect result is never admitted by the loop)"""
     timing_sets: int = 1
     """distinct input sets the repetitions alternated over"""
+    checked_reps: int = 0
+    """timed repetitions whose outputs were checked, each chosen at random after it ran"""
     measure_s: float = 0.0
     """wall seconds this evaluation held the GPU exclusively"""
 

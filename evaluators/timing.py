@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+import triton
+import triton.language as tl
 
 MIN_REPS = 30
 
@@ -64,8 +66,23 @@ def flush_buffer(device: torch.device) -> torch.Tensor:
     return torch.ones(max(2 * l2_bytes(device), 64 << 20) // 4, dtype=torch.float32, device=device)
 
 
+FLUSH_BLOCK = 8192
+
+
+@triton.jit
+def _read_all(src, sink, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = tl.max(tl.load(src + offs, mask=offs < n, other=0.0), axis=0)
+    if m < 0:  # the buffer holds ones: never taken, but it keeps the loads
+        tl.store(sink, m)
+
+
 def flush_l2(flush: torch.Tensor) -> None:
-    flush.amax()
+    """Read the whole flush buffer with one Triton kernel: no allocation (a PyTorch reduction would take
+    a workspace from the caching allocator and leave its partial results in memory that the worker poisoned
+    for the candidate's next allocation, `poison.py`)."""
+    n = flush.numel()
+    _read_all[(triton.cdiv(n, FLUSH_BLOCK),)](flush, flush, n, BLOCK=FLUSH_BLOCK, num_warps=8)
 
 
 def measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, reps: int = MIN_REPS,
@@ -92,44 +109,67 @@ def _measure(run: Callable[[int], Any], n_sets: int, device: torch.device, *, re
              flush: torch.Tensor | None, keep: Callable[[int, Any], None] | None, sync: Callable[[], None] | None,
              clock: Callable[[], float], hide_host_ns: int, record: Callable[..., Any] | None,
              elapsed: Callable[..., float] | None, spin: Callable[[int], Any] | None) -> Samples:
-    record = record or torch.cuda.Event.record
-    elapsed = elapsed or torch.cuda.Event.elapsed_time
-    spin = spin or torch.cuda._sleep
-    sync = sync or (lambda: torch.cuda.synchronize(device))
-    flush = flush if flush is not None else flush_buffer(device)
+    rep = Repetition(device, flush=flush, sync=sync, clock=clock, hide_host_ns=hide_host_ns, record=record,
+                     elapsed=elapsed, spin=spin)
     for w in range(warmup):
         run(w % n_sets)
-    sync()
+    rep.sync()
     samples = Samples()
-    stream = torch.cuda.current_stream(device)
-    pres = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    walls = []
     for r in range(reps):
         i = r % n_sets
-        sync()
-        t0 = clock()
-        record(pres[r], stream)
-        flush_l2(flush)
-        if hide_host_ns:
-            # Keep the GPU busy while the host prepares the call, so the events measure device time and
-            # not the same constant launch overhead on every side; gaps between a call's own kernels
-            # still count.
-            spin(int(hide_host_ns * _cycles_per_ns(device, record, elapsed, spin)))
-        record(starts[r], stream)
-        out = run(i)
-        record(ends[r], stream)
-        sync()
-        walls.append((clock() - t0) * 1e3)
+        out = rep(run, i, samples)
         if keep is not None:
             keep(i, out)
         del out
-    samples.event_ms = [elapsed(s, e) for s, e in zip(starts, ends)]
-    samples.wall_ms = walls
-    samples.outer_ms = [elapsed(p, e) for p, e in zip(pres, ends)]
-    samples.pre_ms = [elapsed(p, s) for p, s in zip(pres, starts)]
     return samples
+
+
+class Repetition:
+    """One timed repetition, the same for the baselines (looped by `measure`) and a candidate (whose
+    worker runs one per request, so that the judge can decide after each one whether to check its output):
+    synchronise, start the wall clock, record the `pre` event, flush L2, spin the GPU while the host prepares
+    the call, record `start`, call, record `end`, synchronise, stop the wall clock. Construct it on the
+    thread and device that will time (the spin launches on the current device)."""
+
+    def __init__(self, device: torch.device, *, flush: torch.Tensor | None = None,
+                 sync: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
+                 hide_host_ns: int = 1_000_000, record: Callable[..., Any] | None = None,
+                 elapsed: Callable[..., float] | None = None, spin: Callable[[int], Any] | None = None) -> None:
+        if device.type != "cuda":
+            raise ValueError("timing needs a CUDA device")
+        self.device = device
+        self.record = record or torch.cuda.Event.record
+        self.elapsed = elapsed or torch.cuda.Event.elapsed_time
+        self.spin = spin or torch.cuda._sleep
+        self.sync = sync or (lambda: torch.cuda.synchronize(device))
+        self.clock = clock
+        self.flush = flush if flush is not None else flush_buffer(device)
+        self.hide_host_ns = hide_host_ns
+        self.cycles = int(hide_host_ns * _cycles_per_ns(device, self.record, self.elapsed, self.spin)) \
+            if hide_host_ns else 0
+
+    def __call__(self, run: Callable[[int], Any], i: int, samples: Samples) -> Any:
+        """Time `run(i)` once, append its figures to `samples` and return its output."""
+        stream = torch.cuda.current_stream(self.device)
+        pre, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        self.sync()
+        t0 = self.clock()
+        self.record(pre, stream)
+        flush_l2(self.flush)
+        if self.cycles:
+            # Keep the GPU busy while the host prepares the call, so the events measure device time and
+            # not the same constant launch overhead on every side; gaps between a call's own kernels
+            # still count.
+            self.spin(self.cycles)
+        self.record(start, stream)
+        out = run(i)
+        self.record(end, stream)
+        self.sync()
+        samples.wall_ms.append((self.clock() - t0) * 1e3)
+        samples.event_ms.append(self.elapsed(start, end))
+        samples.outer_ms.append(self.elapsed(pre, end))
+        samples.pre_ms.append(self.elapsed(pre, start))
+        return out
 
 
 _CLOCK_GHZ: dict[int, float] = {}
@@ -226,3 +266,21 @@ def throttle_flag(when: str, reading: dict[str, Any]) -> str | None:
         return None
     shown = f" (SM clock {sm} of {top} MHz)" if sm is not None else ""
     return f"GPU throttled {when} timing: {', '.join(reading.get('throttle', []))}{shown}"
+
+
+def split_flag(samples: Samples, checked: list[int], band: float) -> str | None:
+    """A suspect flag when the checked repetitions ran markedly slower than the unchecked ones: they were
+    chosen at random after the fact, so for an honest kernel both are draws from one distribution."""
+    if len(checked) < 5 or len(samples.event_ms) - len(checked) < 5:
+        return None
+    chosen = set(checked)
+    a = sorted(ms for r, ms in enumerate(samples.event_ms) if r in chosen)
+    b = sorted(ms for r, ms in enumerate(samples.event_ms) if r not in chosen)
+    ma, mb = a[len(a) // 2], b[len(b) // 2]
+    m = sorted(samples.event_ms)[len(samples.event_ms) // 2]
+    # each group's own spread (the two groups together would count the very split looked for as spread)
+    spread = max(x[3 * len(x) // 4] - x[len(x) // 4] for x in (a, b)) / m if m > 0 else 0.0
+    if m > 0 and (ma - mb) / m > max(3 * band, 2 * spread, 0.05):
+        return (f"the checked repetitions ran slower than the unchecked ones ({ma:.4g} ms against {mb:.4g} ms "
+                f"median): the kernel behaves differently when it is not checked")
+    return None

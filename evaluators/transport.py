@@ -89,12 +89,29 @@ class WireTransport:
                 return header, f"output {k}"
         return header, None
 
-    def time(self, sets: list[list[Any]], reps: int, warmup: int, timeout: float,
-             out_bytes: int) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        header, payload = self.worker.request(
-            {"op": "time", "reps": reps, "warmup": warmup, "layouts": layouts(sets[0])}, {"sets": sets}, timeout,
-            "timing", max_bytes=out_bytes + (1 << 20))
+    # The timing, one repetition per request (`worker.Session.time_begin`): the judge decides after each
+    # repetition whether to fetch its output and check it.
+
+    def time_begin(self, sets: list[list[Any]], warmup: int, timeout: float) -> dict[str, Any]:
+        header, _ = self.worker.request({"op": "time_begin", "warmup": warmup, "layouts": layouts(sets[0])},
+                                        {"sets": sets}, timeout, "the timing's warm-up", max_bytes=1 << 20)
+        return header
+
+    def time_rep(self, i: int, timeout: float, phase: str) -> dict[str, Any]:
+        header, _ = self.worker.request({"op": "time_rep", "set": i}, None, timeout, phase, max_bytes=1 << 20)
+        return header
+
+    def time_output(self, timeout: float, out_bytes: int) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        header, payload = self.worker.request({"op": "time_output"}, None, timeout, "sending a timed output",
+                                              max_bytes=2 * out_bytes + (1 << 20))
         return header, list((payload or {}).get("outputs") or [])
+
+    def time_done(self) -> None:
+        """The judge is done with the outputs `time_output` returned (the wire's are copies: nothing to do)."""
+
+    def time_end(self, timeout: float) -> dict[str, Any]:
+        header, _ = self.worker.request({"op": "time_end"}, None, timeout, "ending the timing", max_bytes=1 << 20)
+        return header
 
     def close(self) -> None:
         self._held.clear()
@@ -195,17 +212,35 @@ class SharedTransport:
                 return header, f"output {k}"
         return header, None
 
-    def time(self, sets: list[list[Any]], reps: int, warmup: int, timeout: float,
-             out_bytes: int) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def time_begin(self, sets: list[list[Any]], warmup: int, timeout: float) -> dict[str, Any]:
         self._forget_outputs()
         self.opener.forget([d for d, _ in self._held])  # the worker lets its held outputs go now
         self._held.clear()
         self._share(sets, False, "timing")
         values = [[None if isinstance(x, torch.Tensor) else x for x in s] for s in sets]
-        header, _ = self.worker.request({"op": "time", "shared": True, "reps": reps, "warmup": warmup},
-                                        {"sets": values}, timeout, "timing")
+        header, _ = self.worker.request({"op": "time_begin", "shared": True, "warmup": warmup}, {"sets": values},
+                                        timeout, "the timing's warm-up")
+        return header
+
+    def time_rep(self, i: int, timeout: float, phase: str) -> dict[str, Any]:
+        self._forget_outputs()  # the worker drops the last repetition's outputs first
+        header, _ = self.worker.request({"op": "time_rep", "set": i}, None, timeout, phase)
+        return header
+
+    def time_output(self, timeout: float, out_bytes: int) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        header, _ = self.worker.request({"op": "time_output"}, None, timeout, "sharing a timed output")
         self._last_exports = list(header.get("exports") or [])
         return header, self._outputs(header) if header.get("ok") else []
+
+    def time_done(self) -> None:
+        """Unmap the outputs `time_output` opened (no tensor over them may be used after this)."""
+        torch.cuda.synchronize(self.device)
+        self._forget_outputs()
+
+    def time_end(self, timeout: float) -> dict[str, Any]:
+        self._forget_outputs()
+        header, _ = self.worker.request({"op": "time_end"}, None, timeout, "ending the timing")
+        return header
 
     def close(self) -> None:
         """Unmap everything; call before the worker goes (no tensor from here may be used after)."""

@@ -94,6 +94,9 @@ def _warm(dev: Any) -> None:
         _kw_warm[(1,)](x, 64, BLOCK=64)
         y = (torch.randn(64, 64, device=dev) @ torch.randn(64, 64, device=dev)).sum()
     if dev.type == "cuda":
+        from .timing import flush_l2
+
+        flush_l2(torch.ones(64, device=dev))  # the timing's L2 flush, compiled now (and kept in the base cache)
         torch.cuda.synchronize(dev)
     del x, y
 
@@ -135,8 +138,9 @@ class _nothing:
 
 
 class Session:
-    def __init__(self, sock: socket.socket, device: str, scratch: str, confine: bool = True,
-                 gpu_lock: tuple[str, str] | None = None, wait_go: bool = False) -> None:
+    def __init__(self, sock: socket.socket, device: str, scratch: str, profiled: bool = False,
+                 allow_unconfined: bool = False, gpu_lock: tuple[str, str] | None = None,
+                 wait_go: bool = False) -> None:
         from . import guards, sandbox, wire
         from .locks import shared_use
 
@@ -161,8 +165,16 @@ class Session:
             _warm(self.dev)
         _STAGES["warm_done"] = time.time()
         # The kernel-enforced line: from here on this process (and anything it starts) writes only to the
-        # scratch directory and cannot read other processes' environments.
-        self.sandbox = sandbox.confine(scratch, device) if confine else "off: the worker runs under a profiler"
+        # scratch directory and cannot read other processes' environments or other workers' scratch. Under a
+        # profiler too. Where it cannot apply, no candidate is loaded here unless the trusted side said so.
+        confined = sandbox.confine(scratch, device, profiled=profiled)
+        self.sandbox = confined.detail
+        self.refused: str | None = None
+        if not confined.confined:
+            if allow_unconfined:
+                self.sandbox += f"; not confined as required ({confined.missing}): run all the same, as the user allowed"
+            else:
+                self.refused = sandbox.refusal(confined.missing or "unknown")
         self.candidate_file = os.path.join(scratch, "kw_candidate.py")
         self.guard = guards.Guard(self.candidate_file, self.dev)
         guards.install(self.guard)
@@ -191,8 +203,16 @@ class Session:
                 self.ipc = ipc
             except Exception as e:  # noqa: BLE001 - the trusted side falls back to the socket
                 self.ipc_error = f"{type(e).__name__}: {e}"
+        self.prepoison = None
+        if self.dev.type == "cuda":
+            from .ipc import tensor_at
+            from .poison import Prepoison
+
+            self.prepoison = Prepoison(self.dev, tensor_at)
+            self.guard.prepoison = self.prepoison
         self.guard.snapshot()
         self.model: Any = None
+        self.timed: dict[str, Any] | None = None  # the timing in progress: its sets, repetition, last output
         self.buffers: list[Any] | None = None
         self.shared_sets: list[list[Any]] = []  # [set][input] -> ipc.Exported or None (not a tensor)
         self.held: list[list[Any]] = []
@@ -222,6 +242,7 @@ class Session:
         t0 = _STAGES.get("spawned", _STAGES["module_loaded"])
         stages = {k: round(v - t0, 4) for k, v in _STAGES.items()}
         self.reply({"op": "ready", "pid": os.getpid(), "stages": stages, "sandbox": self.sandbox,
+                    "refused": self.refused,
                     "ipc": self.ipc is not None, "ipc_error": getattr(self, "ipc_error", None),
                     "versions": {"torch": self.torch.__version__, "triton": triton.__version__,
                                  "python": sys.version.split()[0]}})
@@ -230,8 +251,12 @@ class Session:
             op = header.get("op")
             if op == "exit":
                 return
-            handler = {"load": self.load, "call": self.call, "recheck": self.recheck, "time": self.time,
-                       "profile": self.profile, "buffers": self.share_buffers,
+            if self.refused is not None:  # unconfined and not allowed: no candidate, whatever is asked
+                self.reply({"ok": False, "kind": "unconfined", "detail": self.refused})
+                continue
+            handler = {"load": self.load, "call": self.call, "recheck": self.recheck,
+                       "time_begin": self.time_begin, "time_rep": self.time_rep, "time_output": self.time_output,
+                       "time_end": self.time_end, "profile": self.profile, "buffers": self.share_buffers,
                        "release": self.release}.get(op)
             if handler is None:
                 self.reply({"ok": False, "kind": "protocol", "detail": f"unknown op {op!r}"})
@@ -406,6 +431,7 @@ class Session:
         profile = bool(header.get("profile")) and self.dev.type == "cuda"
         prof = None
         guard.poison = bool(header.get("poison", True))
+        self._lay_poison(guard.poison)
         t0 = self._perf()
         try:
             with torch.no_grad():
@@ -506,12 +532,30 @@ class Session:
                 other_us += us
         return {"own_us": own_us, "other_us": other_us, "copy_us": copy_us}
 
-    def time(self, header: dict[str, Any], payload: Any) -> None:
-        """Time the forward with the shared timing routine; the recorder stays on (same path as the trials)."""
-        from .timing import flush_buffer, measure
+    def _lay_poison(self, on: bool) -> None:
+        """Poison the free device memory before a call (`poison.py`), checked or timed alike; outside any
+        timed region. With poisoning off (a profile), forget the last call's ranges."""
+        if self.prepoison is None:
+            return
+        if not on:
+            self.prepoison.clear()
+            return
+        self._sync()
+        self.prepoison.lay()
+        self._sync()
+
+    # -- timing: one repetition per request, so the judge picks the ones it checks after they ran ------
+
+    def time_begin(self, header: dict[str, Any], payload: Any) -> None:
+        """Place the timing input sets and warm up. Every repetition then runs exactly as a correctness call
+        does (the recorder on, free memory poisoned first), one per `time_rep` request; after each, the judge
+        may ask for its output (`time_output`) — a choice made after the repetition ran, so a candidate cannot
+        know which of its timed calls are checked (docs/verifier.md item 30)."""
+        from .timing import Repetition, flush_buffer
 
         torch = self.torch
         guard = self.guard
+        self.timed = None
         shared = bool(header.get("shared"))
         sets = []
         if shared:
@@ -519,50 +563,105 @@ class Session:
             self.held = []
             sets = [self._shared_inputs(k, values) for k, values in enumerate(payload["sets"])]
         else:
+            self.held = []
             for inputs in payload["sets"]:
                 self.buffers = None
                 sets.append(self._place_inputs(inputs, header["layouts"], False))
-        kept: dict[int, list[Any]] = {}
-
-        def run(i: int) -> Any:
-            guard.forward_active = True
-            try:
-                with self.recorder_cls(guard):
-                    return self.model(*sets[i])
-            finally:
-                guard.forward_active = False
-
-        def keep(i: int, out: Any) -> None:
-            kept[i] = list(out) if isinstance(out, (tuple, list)) else [out]
-
         self._take()
-        guard.poison = False
         try:
+            with torch.cuda.device(self.dev):
+                rep = Repetition(self.dev, flush=flush_buffer(self.dev), sync=self._sync, clock=self._perf,
+                                 record=self._record, elapsed=self._elapsed, spin=self._spin)
             with torch.no_grad():
-                samples = measure(run, len(sets), self.dev, reps=int(header["reps"]), warmup=int(header["warmup"]),
-                                  record=self._record, elapsed=self._elapsed, spin=self._spin,
-                                  flush=flush_buffer(self.dev), keep=keep, sync=self._sync, clock=self._perf)
+                for w in range(int(header.get("warmup", 3))):
+                    self._lay_poison(True)
+                    guard.poison = True
+                    out = self._forward(sets[w % len(sets)])
+                    guard.poison = False
+                    self._sync()
+                    del out
         except BaseException as e:  # noqa: BLE001
             guard.forward_active = False
+            guard.poison = False
             return self._fail(_error_kind(e), _describe(e, self.candidate_file))
-        rec = self._take()
-        outs = [kept.get(i, []) for i in range(len(sets))]
-        if self.dev.type == "cuda":  # what the repetitions freed goes back to the device for the judge's re-check
-            self._sync()
-            torch.cuda.empty_cache()
-        bad = [o for group in outs for o in group if type(o) is not torch.Tensor]  # noqa: E721
-        header_out = {"ok": True, **rec, "tampered": self._tampered(), "event_ms": samples.event_ms,
-                      "threads": _thread_count() - self.threads0,
-                      "wall_ms": samples.wall_ms, "outer_ms": samples.outer_ms,
-                      "pre_ms": samples.pre_ms, "counts": [len(o) for o in outs], "bad_outputs": len(bad)}
-        if shared:
-            if not bad:
-                try:
-                    header_out["exports"] = self._export([o for group in outs for o in group])
-                except Exception as e:  # noqa: BLE001
-                    return self._fail("out_of_memory", f"the timed outputs could not be shared with the judge: {e}")
-            return self.reply(header_out)
-        self.reply(header_out, {"outputs": [] if bad else [o for group in outs for o in group]})
+        self.timed = {"sets": sets, "rep": rep, "last": None, "shared": shared}
+        self.reply({"ok": True, **self._take(), "tampered": self._tampered(),
+                    "threads": _thread_count() - self.threads0})
+
+    def _forward(self, inputs: list[Any]) -> Any:
+        guard = self.guard
+        guard.forward_active = True
+        try:
+            with self.recorder_cls(guard):
+                return self.model(*inputs)
+        finally:
+            guard.forward_active = False
+
+    def _drop_timed(self) -> None:
+        if self.timed is not None:
+            self.timed["last"] = None
+            if self.timed["shared"]:
+                self._drop_exports()
+
+    def time_rep(self, header: dict[str, Any], payload: Any) -> None:
+        """One timed repetition on input set `set` (`timing.Repetition`, the baselines' routine). The last
+        repetition's output is dropped first; this one's is kept until the next request."""
+        from .timing import Samples
+
+        torch = self.torch
+        guard = self.guard
+        if self.timed is None:
+            return self.reply({"ok": False, "kind": "protocol", "detail": "time_rep before time_begin"})
+        self._drop_timed()
+        sets = self.timed["sets"]
+        i = int(header.get("set", 0)) % len(sets)
+        samples = Samples()
+        self._take()
+        try:
+            with torch.no_grad(), torch.cuda.device(self.dev):
+                self._lay_poison(True)
+                guard.poison = True
+                out = self.timed["rep"](lambda k: self._forward(sets[k]), i, samples)
+                guard.poison = False
+        except BaseException as e:  # noqa: BLE001
+            guard.forward_active = False
+            guard.poison = False
+            return self._fail(_error_kind(e), _describe(e, self.candidate_file))
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        del out
+        bad = sum(type(o) is not torch.Tensor for o in outs)  # noqa: E721
+        self.timed["last"] = outs
+        self.reply({"ok": True, **self._take(), "tampered": self._tampered(),
+                    "threads": _thread_count() - self.threads0, "event_ms": samples.event_ms[0],
+                    "wall_ms": samples.wall_ms[0], "outer_ms": samples.outer_ms[0], "pre_ms": samples.pre_ms[0],
+                    "outputs": len(outs), "bad_outputs": bad})
+
+    def time_output(self, header: dict[str, Any], payload: Any) -> None:
+        """The last repetition's outputs, for the judge to check: exported (shared) or sent (wire)."""
+        if self.timed is None or self.timed["last"] is None:
+            return self.reply({"ok": False, "kind": "protocol", "detail": "no timed output to send"})
+        outs = self.timed["last"]
+        if any(type(o) is not self.torch.Tensor for o in outs):  # noqa: E721
+            return self.reply({"ok": False, "kind": "protocol", "detail": "the outputs are not plain tensors"})
+        self._sync()
+        if self.timed["shared"]:
+            try:
+                descs = self._export(outs)
+            except Exception as e:  # noqa: BLE001
+                return self._fail("out_of_memory", f"the timed outputs could not be shared with the judge: {e}")
+            return self.reply({"ok": True, "exports": descs, "tampered": self._tampered()})
+        self.reply({"ok": True, "tampered": self._tampered()}, {"outputs": outs})
+
+    def time_end(self, header: dict[str, Any], payload: Any) -> None:
+        """The timing is over: drop the last output and give the memory back for the judge's baselines."""
+        self._drop_timed()
+        self.timed = None
+        if self.prepoison is not None:
+            self.prepoison.clear()
+        self._sync()
+        self.torch.cuda.empty_cache()
+        self.reply({"ok": True, **self._take(), "tampered": self._tampered(),
+                    "threads": _thread_count() - self.threads0})
 
     def profile(self, header: dict[str, Any], payload: Any) -> None:
         """Run the forward a few times under torch.profiler; report device time per kernel."""
@@ -605,7 +704,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", required=True)
     ap.add_argument("--spawned", type=float, default=None, help="wall time the parent spawned us")
     ap.add_argument("--parent", type=int, default=None, help="the trusted process's pid (die when it dies)")
-    ap.add_argument("--no-sandbox", action="store_true", help="skip the Landlock confinement (profiler runs)")
+    ap.add_argument("--profiled", action="store_true", help="runs under a profiler wrapper (ncu): confined all the "
+                    "same, its injected libraries readable")
+    ap.add_argument("--allow-unconfined", action="store_true",
+                    help="load candidate code even where the sandbox cannot confine it (the trusted side's opt-out)")
     ap.add_argument("--gpu-lock", nargs=2, default=None, metavar=("LOCK", "GATE"),
                     help="the parent's GPU lock files (shared use during start-up)")
     ap.add_argument("--wait-go", action="store_true", help="create the device context only when told to")
@@ -619,7 +721,7 @@ def main(argv: list[str] | None = None) -> int:
     sock = socket.socket(fileno=args.fd)
     scratch = os.getcwd()
     try:
-        Session(sock, args.device, scratch, confine=not args.no_sandbox,
+        Session(sock, args.device, scratch, profiled=args.profiled, allow_unconfined=args.allow_unconfined,
                 gpu_lock=tuple(args.gpu_lock) if args.gpu_lock else None, wait_go=args.wait_go).serve()
     except Exception:  # the channel broke or set-up failed: the trusted side sees EOF and says so
         traceback.print_exc()

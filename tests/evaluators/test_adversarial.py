@@ -1,6 +1,6 @@
 """The adversarial suite: every exploit in tests/adversarial/candidates must fail, for the stated reason.
 
-One candidate file per exploit (KernelBench `test_kernels/` style), covering every class of VERIFIER.md
+One candidate file per exploit (KernelBench `test_kernels/` style), covering every class of docs/verifier.md
 section A (1-15) and C (24-25), plus the harness and file tampering of B 18-19 that a candidate attempts
 from inside its own process. Each file's docstring states the verdict:
 
@@ -211,7 +211,7 @@ def test_candidate(spec: Spec, static: bool, evaluators, monkeypatch: pytest.Mon
 
 
 def test_every_exploit_class_is_covered() -> None:
-    """VERIFIER.md A 1-15 and C 24-25 each have at least one candidate (file prefix aNN_ / cNN_)."""
+    """docs/verifier.md A 1-15 and C 24-25 each have at least one candidate (file prefix aNN_ / cNN_)."""
     present = {p.name.split("_")[0] for p in CANDIDATES}
     missing = [f"a{n:02d}" for n in range(1, 16) if f"a{n:02d}" not in present]
     missing += [c for c in ("c24", "c25") if c not in present]

@@ -14,7 +14,7 @@ import torch
 
 from kernelwright.evaluators.judge import (
     KIND_REASON, Reject, compare_all, judge_coverage, judge_inputs, judge_launches, judge_ok, judge_outputs,
-    judge_processes, judge_recheck, judge_record, judge_timing_reply, measure_coverage, samples_from, strides_ok,
+    judge_processes, judge_recheck, judge_record, measure_coverage, strides_ok,
     timing_summary,
 )
 from kernelwright.evaluators.result import Reason, Timing
@@ -305,25 +305,8 @@ def test_output_changed_after_return() -> None:
     assert "an output changed after forward returned (trial 2, output 0)" in r.detail
 
 
-def test_timing_reply() -> None:
-    judge_timing_reply({"ok": True, "counts": [1, 2]}, 2, 3)
-    r = rejected(judge_timing_reply, {"ok": False, "kind": "cuda_error", "detail": "illegal address"}, 2, 3)
-    assert (r.reason, r.detail, r.check) == (Reason.CUDA_ERROR, "timing: illegal address", "timing")
-    r = rejected(judge_timing_reply, {"ok": True, "bad_outputs": True}, 2, 0)
-    assert (r.reason, r.check) == (Reason.BAD_OUTPUT, "timing")
-    assert "something other than plain tensors" in r.detail
-    for counts, n_outs in (([1], 3), ([1, 1], 3), (None, 0)):
-        r = rejected(judge_timing_reply, {"ok": True, "counts": counts}, 2, n_outs)
-        assert r.reason == Reason.WORKER_ERROR and "do not match the input sets" in r.detail
-
-
 def samples(ms: float, n: int = 30, pre: float = 0.1) -> Samples:
     return Samples(event_ms=[ms] * n, wall_ms=[ms + 0.01] * n, outer_ms=[ms] * n, pre_ms=[pre] * n)
-
-
-def test_samples_from_reply() -> None:
-    s = samples_from({"event_ms": [1, 2], "wall_ms": ["1.5", 2.5]})
-    assert s.event_ms == [1.0, 2.0] and s.wall_ms == [1.5, 2.5] and s.outer_ms == [] and s.pre_ms == []
 
 
 ROOF = {"floor_ms": 0.5, "bound": "memory", "flops": 1e9, "bytes": 1e9}

@@ -1,13 +1,13 @@
-"""EXPECT: wrong_output
-CHECK: timing
+"""EXPECT: ok
 PROBLEM: add_problem.py
 
-Class 21 (phase detection) without counting anything, entirely on the device: during the correctness
-trials the worker fills every fresh allocation with a NaN poison (to catch unwritten outputs); during
-timing it does not. The kernel reads its output buffer before writing it and computes the sum only where
-it finds the poison, writing zeros elsewhere: right in every correctness trial, wrong in every timed call.
-The timed outputs are re-checked in the trusted process: wrong_output in the timing check. (On the CPU,
-where nothing is timed, it passes.)
+Class 21 (phase detection) without counting anything, entirely on the device. The worker poisons free
+device memory before every call (to catch unwritten outputs); it once did so only in the correctness trials.
+The kernel reads its output buffer before writing it and computes the sum only where it finds the poison,
+writing zeros elsewhere: right wherever the poison is, wrong wherever it is not. The poison is now laid
+before every call, checked or timed alike (evaluators/poison.py), so the probe finds it everywhere and is
+honest throughout: `test_the_poison_is_in_every_timed_call` checks that it passes with timed repetitions
+checked (a timed call without the poison would have returned zeros there).
 """
 import torch
 import torch.nn as nn

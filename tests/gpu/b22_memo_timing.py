@@ -6,8 +6,8 @@ policy (2 trials x 4 input families), then memoised on the inputs' data pointers
 answer (2/3 of the add's memory traffic) into a fresh output. The timing input sets are placed once and not
 re-filled, and the pool holds fewer sets than there are repetitions (16 sets of 256 MiB in the 4 GiB pool for
 3 warm-up calls and 30 repetitions), so 17 of the 30 timed calls see a pointer pair they have seen before,
-with the same values: the hits are right, and the re-check of the timed outputs (the last one of each set)
-passes. A known gap: the median is a hit's time. What flags it is the roofline: a copy of 128 MB is below
+with the same values: the hits are right, so the timed repetitions checked (a random share, chosen after
+each ran) pass. A known gap: the median is a hit's time. What flags it is the roofline: a copy of 128 MB is below
 the floor of an add that must move 192 MB. Expected: passes with timing["suspect"] non-empty.
 """
 import torch

@@ -1,4 +1,4 @@
-"""The buffers shared with a worker hold nothing of the judge's (VERIFIER.md class 27), on a GPU host.
+"""The buffers shared with a worker hold nothing of the judge's (docs/verifier.md class 27), on a GPU host.
 
 Inputs reach the candidate in device buffers the worker allocates and the trusted process opens; outputs
 come back the same way. A kernel that scans around the pointers it was given may crash its own process or

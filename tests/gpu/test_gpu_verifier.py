@@ -1,4 +1,4 @@
-"""GPU-only verifier cases (VERIFIER.md A6, C24 and the side-stream case of B16), run on a GPU host.
+"""GPU-only verifier cases (docs/verifier.md A6, C24 and the side-stream case of B16), run on a GPU host.
 
 `make test-gpu` (or `pytest -m gpu`) on a machine with CUDA; skipped everywhere else.
 """
