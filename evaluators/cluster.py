@@ -101,6 +101,32 @@ _connect_lock = threading.Lock()
 _connected: str | None = None
 
 
+CLIENT_TRIES = 3
+"""attempts at a Ray client connection (ray://) whose server failed to set up this client's session"""
+
+
+def _init(ray: Any, address: str) -> None:
+    """`ray.init`, tried again (after 2 s, then 4 s) where a Ray client server answers "Initialization failure":
+    it starts a process per client and, on a loaded head node, that start can miss the server's own deadline (seen
+    once in the CPU suite, with every core busy); anything else is not tried again."""
+    for attempt in range(CLIENT_TRIES):
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
+                     namespace="kernelwright", ignore_reinit_error=True)
+            return
+        except ConnectionError as e:
+            if not address.startswith("ray://") or "Initialization failure" not in str(e) \
+                    or attempt == CLIENT_TRIES - 1:
+                raise
+            log.warning("the Ray client server at %s could not set up a session (%s); trying again", address,
+                        first_line(e))
+            try:
+                ray.shutdown()
+            except Exception:  # noqa: BLE001 - nothing was set up
+                pass
+            time.sleep(2.0 * 2 ** attempt)
+
+
 def connect(cluster: str) -> Cluster:
     """The process's connection to the cluster named by `--cluster` (made once; Ray allows one per process)."""
     global _connected
@@ -117,8 +143,7 @@ def connect(cluster: str) -> Cluster:
         else:
             _reachable(address)
             try:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
-                         namespace="kernelwright", ignore_reinit_error=True)
+                _init(ray, address)
             except Exception as e:  # noqa: BLE001 - Ray raises several kinds here; each becomes one sentence
                 # a cluster with token authentication (`ray start` turns it on when it finds ~/.ray/auth_token)
                 # answers a driver without the token like this; guessing token mode would break every other
