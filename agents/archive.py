@@ -169,11 +169,13 @@ def _entry(outcome: Outcome, parent: Entry | None, generation: int, proposal_key
 
 def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome | None,
           step_id: str | None = None, predicted: float | None = None,
-          no_child: str | None = None) -> tuple[Archive, Step]:
+          no_child: str | None = None, no_child_reason: str = "reviewer_rejected") -> tuple[Archive, Step]:
     """Record one step and decide whether the child joins the archive.
 
-    `outcome` is None when no child was produced (the coder gave up, or `no_child` says why: a reviewer
-    rejected the proposal, which is then never proposed on this parent again); `predicted` is the strategist's
+    `outcome` is None when no child was produced (the coder gave up, or `no_child` says why, with the reason
+    code `no_child_reason`: "reviewer_rejected", a reviewer rejected the proposal, which is then never proposed
+    on this parent again; "provider_failed", the model provider was down, which says nothing of the move and
+    marks nothing as tried); `predicted` is the strategist's
     predicted speedup, recorded beside the measured one. Returns the new archive and the step."""
     parent = archive.entries[parent_id]
     new = archive.model_copy(deep=True)
@@ -196,8 +198,11 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
                            decision="rejected", why=why))
 
     if outcome is None:
+        if no_child and no_child_reason == "provider_failed":
+            return record(Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key, child_id=None,
+                               verdict="not_run", reason=no_child_reason, decision="rejected", why=no_child))
         if no_child:
-            return reject(no_child, "reviewer_rejected")
+            return reject(no_child, no_child_reason)
         return reject("no child was produced", "no_child")
     if outcome.verdict == "error":
         # The judge failed, not the child: the move is not marked as tried on this parent, so it can be tried again.

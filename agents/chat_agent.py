@@ -60,7 +60,7 @@ class RunTools:
         st = self.desk.steering()
         waiting = [p.step_id for p in self.desk.waiting()]
         return "\n".join([
-            f"- run {info.id} on {info.problem}: {info.status}, {info.steps} of {cfg.iterations} steps",
+            f"- run {info.id} on {info.problem}: {info.status}, {info.steps} steps; budget: {cfg.budget_words()}",
             f"- timed: {timed}",
             f"- roles: analyst {cfg.model_for('analyst')}, strategist {cfg.model_for('strategist')}, coder "
             f"{cfg.model_for('coder')}" + (" (applies knob changes NAME=VALUE only)" if cfg.model_for("coder") == "builtin"

@@ -19,13 +19,16 @@ from kernelwright.tools.evaluation import Evaluations
 from kernelwright.tools.review import ReviewDesk
 from kernelwright.tools.runstore import Run
 
-from .llm import Models
+from .llm import PROVIDER_RETRY_WINDOW_S, Models
 
 
 ACTORS_NEED_CLUSTER = "--actors goes with --cluster (the number of evaluation actors in the Ray cluster)"
 
 MAX_AUTO_SPARES = 8
 """the most spare workers a device keeps by default (each is a process that imported torch)"""
+
+DEFAULT_ITERATIONS = 8
+"""the step budget of a run given no budget at all (no iterations, time, token or cost budget)"""
 
 
 @dataclass(kw_only=True)
@@ -41,9 +44,11 @@ class RunConfig:
     """with `cluster`: how many evaluation actors (one GPU each) the branches are spread over"""
     precision: str | None = None
     branches: int = 2
-    iterations: int = 8
-    """candidate children to evaluate in all"""
+    iterations: int | None = None
+    """candidate children to evaluate in all (proposals a person rejected do not count); None: no step limit when
+    a time, token or cost budget is given, else `DEFAULT_ITERATIONS` (`step_budget`)"""
     time_budget_s: float | None = None
+    """stop once this many seconds have passed since the run was created (checked after each generation)"""
     token_budget: int | None = None
     """stop once the run's model calls have used this many tokens (checked after each generation)"""
     cost_budget_usd: float | None = None
@@ -52,6 +57,9 @@ class RunConfig:
     """model spec -> [USD per million input tokens, per million output tokens]"""
     plateau_steps: int = 20
     """stop after this many steps without a new elite, and never before two generations (`plateau`)"""
+    provider_retry_window_s: float = PROVIDER_RETRY_WINDOW_S
+    """how long one model call's transient provider failures are retried with backoff; past it the run stops,
+    status `failed`, resumable with `kernelwright optimize --resume`"""
     roofline_target: float | None = 0.9
     trials: int = 5
     model: str = "builtin"
@@ -85,6 +93,30 @@ class RunConfig:
         """From run.json; keys this version does not know are ignored."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+    def step_budget(self) -> int | None:
+        """The steps the run may take: `iterations` when given; else none (None) when a time, token or cost
+        budget is given, so that budget, a plateau, the target or a stop ends the run; else DEFAULT_ITERATIONS."""
+        if self.iterations is not None:
+            return self.iterations
+        if self.time_budget_s is not None or self.token_budget is not None or self.cost_budget_usd is not None:
+            return None
+        return DEFAULT_ITERATIONS
+
+    def budget_words(self) -> str:
+        """The run's budgets in words, as the live view, the report and the end line say them."""
+        parts = []
+        steps = self.step_budget()
+        if steps is not None:
+            parts.append(f"{steps} steps")
+        if self.time_budget_s is not None:
+            parts.append(f"{self.time_budget_s:.0f} s")
+        if self.token_budget is not None:
+            parts.append(f"{self.token_budget} tokens")
+        if self.cost_budget_usd is not None:
+            parts.append(f"${self.cost_budget_usd:.2f}")
+        ends = "the first of " + ", ".join(parts) if len(parts) > 1 else parts[0]
+        return ends + ("" if steps is not None else " (no step limit)") + ", a plateau or the roofline target"
 
     def model_for(self, role: str) -> str:
         """The model spec a role uses ("builtin" for none)."""
@@ -137,6 +169,8 @@ class RunContext:
         self.evaluations = evaluations
         self.models = models
         self._stop = threading.Event()
+        # a model call retrying through a provider's outage gives up when the run is asked to stop (Ctrl-C)
+        models.stopping = lambda: self.stop_requested
 
     @classmethod
     def open(cls, config: RunConfig, run: Run, models: dict[str, BaseChatModel] | None = None) -> RunContext:
@@ -144,7 +178,7 @@ class RunContext:
         applications that build their own clients); the others are built from their specs when first used."""
         return cls(config, run, Evaluations(run, config.precision, config.trials, config.spares_per_device(),
                                             config.cluster, config.device, hosts=config.uses_hosts()),
-                   Models(config.base_url, config.prices, models))
+                   Models(config.base_url, config.prices, models, retry_window_s=config.provider_retry_window_s))
 
     def request_stop(self) -> None:
         """Ask the run to stop once the generation in flight is finished and checkpointed."""

@@ -14,13 +14,15 @@ import logging
 import os
 import re
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from pydantic import BaseModel, ValidationError
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, stop_never
 
 from kernelwright import prompts
 from kernelwright.evaluators import EvalResult
@@ -35,6 +37,11 @@ ROLES = ("analyst", "strategist", "coder")
 """The roles that use a model (the verifier and the archive never do)."""
 
 _SPEC = re.compile(r"^[A-Za-z0-9_.\-]+:\S+$")
+
+PROVIDER_RETRY_WINDOW_S = 900.0
+"""how long one model call's transient provider failures (connection errors, 429, 5xx, timeouts) are retried by
+default, from its first attempt: an outage of a quarter of an hour at night does not end the run
+(`RunConfig.provider_retry_window_s`, `--provider-retry-window`)"""
 
 
 class ProviderError(Exception):
@@ -61,8 +68,13 @@ class Models:
     `given` maps a spec to a ready model (tests, notebooks, applications that build their own clients)."""
 
     def __init__(self, base_url: str | None = None, prices: dict[str, Any] | None = None,
-                 given: dict[str, BaseChatModel] | None = None) -> None:
+                 given: dict[str, BaseChatModel] | None = None, *,
+                 retry_window_s: float = PROVIDER_RETRY_WINDOW_S) -> None:
         self.base_url = base_url
+        self.retry_window_s = retry_window_s
+        """how long each call's transient failures are retried (`invoke_with_retry`)"""
+        self.stopping: Callable[[], bool] | None = None
+        """whether the run was asked to stop: a call retrying through an outage then gives up at once"""
         self.prices: dict[str, tuple[float, float]] = {k: (float(v[0]), float(v[1])) for k, v in (prices or {}).items()}
         self._given = dict(given or {})
         self._built: dict[str, BaseChatModel] = {}
@@ -89,7 +101,7 @@ class Models:
 
     def usage(self, spec: str) -> Usage:
         """A fresh usage account for one role's calls to `spec`, priced from this run's table."""
-        return Usage(model=spec, price=self.price(spec))
+        return Usage(model=spec, price=self.price(spec), retry_window_s=self.retry_window_s, stopping=self.stopping)
 
 
 def _construct(spec: str, base_url: str | None) -> BaseChatModel:
@@ -124,6 +136,10 @@ class Usage:
     output_tokens: int = 0
     cost_usd: float = 0.0
     reasoning: list[str] = field(default_factory=list)
+    retry_window_s: float = PROVIDER_RETRY_WINDOW_S
+    """how long each call's transient failures are retried (the run's `provider_retry_window_s`); not recorded"""
+    stopping: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
+    """the run's stop request: retries end when it is set; not recorded"""
 
     @property
     def tokens(self) -> int:
@@ -190,10 +206,12 @@ def transient(e: BaseException) -> bool:
     code = _status(e)
     if code is not None:
         return code == 429 or code >= 500
-    name = type(e).__name__
+    # by the names of the class and its bases: a client may wrap its provider's errors in classes of its own
+    # (langchain-openai's OpenAIConnectionError derives from openai's APIConnectionError)
+    names = [c.__name__ for c in type(e).__mro__]
     return isinstance(e, (TimeoutError, ConnectionError)) or any(
-        w in name for w in ("Timeout", "RateLimit", "APIConnection", "ConnectError", "ServiceUnavailable",
-                            "Overloaded"))
+        w in name for name in names for w in ("Timeout", "RateLimit", "APIConnection", "ConnectError",
+                                                "ConnectionError", "ServiceUnavailable", "Overloaded"))
 
 
 def _retry_after(e: BaseException | None) -> float | None:
@@ -206,29 +224,44 @@ def _retry_after(e: BaseException | None) -> float | None:
 
 
 def invoke_with_retry(model: Any, messages: list[BaseMessage], usage: Usage | None = None, *,
-                      attempts: int = 6, base_s: float = 1.0, max_s: float = 60.0) -> AIMessage:
+                      window_s: float | None = None, attempts: int | None = None, base_s: float = 1.0,
+                      max_s: float = 60.0) -> AIMessage:
     """`model.invoke(messages)`, retried with exponential backoff (or the server's Retry-After) on transient
-    failures; anything else, or running out of attempts, raises ProviderError with one sentence."""
+    failures for `window_s` seconds from the first attempt (default: the usage's `retry_window_s`, else
+    PROVIDER_RETRY_WINDOW_S) and at most `attempts` times (None: no count limit), and no longer once the run is
+    asked to stop. Anything else, or running out of window, raises ProviderError with one sentence."""
+    window = window_s if window_s is not None else usage.retry_window_s if usage is not None else PROVIDER_RETRY_WINDOW_S
+    stopping = usage.stopping if usage is not None else None
+    started = time.monotonic()
 
     def wait(state: RetryCallState) -> float:
         e = state.outcome.exception() if state.outcome else None
         ra = _retry_after(e)
-        return ra if ra is not None else min(max_s, base_s * 2 ** (state.attempt_number - 1))
+        backoff = ra if ra is not None else min(max_s, base_s * 2 ** (state.attempt_number - 1))
+        return max(0.0, min(backoff, window - (time.monotonic() - started)))  # one last try at the window's end
+
+    def stop_asked(state: RetryCallState) -> bool:
+        return stopping is not None and bool(stopping())
 
     def before_sleep(state: RetryCallState) -> None:
         if usage is not None:
             usage.retries += 1
         e = state.outcome.exception() if state.outcome else None
-        log.warning("model call failed (%s), retrying", type(e).__name__)
+        log.warning("model call failed (%s), retrying for up to %.0f s more", type(e).__name__,
+                    max(0.0, window - (time.monotonic() - started)))
 
+    stop = stop_after_delay(window) | (stop_after_attempt(attempts) if attempts else stop_never) | stop_asked
+    tries = 0
     try:
-        for attempt in Retrying(retry=retry_if_exception(transient), wait=wait, stop=stop_after_attempt(attempts),
-                                before_sleep=before_sleep, reraise=True):
+        for attempt in Retrying(retry=retry_if_exception(transient), wait=wait, stop=stop, before_sleep=before_sleep,
+                                reraise=True):
             with attempt:
+                tries += 1
                 msg = model.invoke(messages)
     except Exception as e:  # noqa: BLE001 - every provider has its own error classes
         what = f"HTTP {_status(e)}" if _status(e) else type(e).__name__
-        again = f" after {attempts} attempts" if transient(e) else ""
+        again = (f" after {tries} attempts over {time.monotonic() - started:.0f} s" if transient(e) and tries > 1
+                 else "")
         raise ProviderError(f"the model provider failed{again} ({what}): {_first_line(e)}") from e
     if usage is not None:
         usage.add(msg)

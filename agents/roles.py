@@ -39,6 +39,12 @@ State = dict[str, Any]
 STOPPED_ON_REQUEST = "stopped on request: the step in flight was finished and checkpointed"
 """The stop reason of a run asked to stop (`RunContext.request_stop`); such a run can be resumed."""
 
+# The words a run's status takes (run.json's `status`): running while a driver works on it; `stopped` when asked
+# to stop (Ctrl-C, a stop request) and `failed` when the model provider stayed down past the retry window, both
+# resumable (`RunInfo.resumable`); `failed` too when the seed is rejected (not resumable); `finished` when a
+# budget, a plateau, the target or an exhausted search ended it.
+RUNNING, STOPPED, FINISHED, FAILED = "running", "stopped", "finished", "failed"
+
 
 def outcome_of(h: str, result: EvalResult) -> Outcome:
     t = result.timing
@@ -87,7 +93,8 @@ def seed(state: State, ctx: RunContext) -> State:
         h, provider_down = _write_seed(ctx)
         if h is None:
             why = provider_down or "the model wrote no kernel that passes the verifier from the reference"
-            run.update(status="failed", stop_reason=why)
+            # a provider that stayed down is resumable: the seed is written again when the run resumes
+            run.update(status=FAILED, stop_reason=why, resumable=provider_down is not None)
             return {"stop": why, "archive": {}}
     # the other devices set up (workers, reference, baselines) while the first judges the seed
     ctx.evaluations.warm(run.kernel(h), cfg.places()[1:])
@@ -178,7 +185,8 @@ def select(state: State, ctx: RunContext) -> State:
     archive = load_archive(state, ctx)
     gen = state.get("generation", 0) + 1
     rng = random.Random(f"{cfg.seed}/{gen}")
-    left = cfg.iterations - counted_steps(archive)
+    budget = cfg.step_budget()
+    left = cfg.branches if budget is None else budget - counted_steps(archive)
     k = max(1, min(cfg.branches, left))
     pinned = ReviewDesk(ctx.run).steering().pinned
     if pinned and pinned in archive.entries:
@@ -462,9 +470,14 @@ def verifier(state: State, ctx: RunContext) -> State:
 
 
 def counted_steps(archive: Archive) -> int:
-    """Steps that count against the iteration budget: all but the proposals a person rejected (no child
-    was made or judged for them)."""
-    return sum(1 for s in archive.steps if s.reason != "reviewer_rejected")
+    """Steps that count against the iteration budget: all but the proposals a person rejected and the steps
+    the model provider's outage left without a child (no child was made or judged for them)."""
+    return sum(1 for s in archive.steps if s.reason not in ("reviewer_rejected", "provider_failed"))
+
+
+def provider_failure(result: State) -> str | None:
+    """The model provider's failure that left a branch without a child (retries spent), in one sentence."""
+    return next((u["error"] for u in (result.get("llm") or {}).values() if u.get("error_kind") == "provider"), None)
 
 
 def spent_so_far(ctx: RunContext) -> dict[str, Any]:
@@ -492,10 +505,12 @@ def archive_step(state: State, ctx: RunContext) -> State:
         outcome = Outcome.model_validate(r["outcome"]) if r.get("outcome") else None
         rev = r.get("review") or {}
         rejected = rev.get("decision") == "reject"
+        down = None if r.get("child") or rejected else provider_failure(r)
         archive, step = admit(archive, r["parent"], key, outcome, step_id=r["step_id"],
                               predicted=None if rejected else (r.get("proposal") or {}).get("predicted_speedup"),
                               no_child=(f"rejected by the reviewer: {rev.get('message') or 'no reason given'}"
-                                        if rejected else None))
+                                        if rejected else f"{down} (not counted against the budget)" if down else None),
+                              no_child_reason="provider_failed" if down else "reviewer_rejected")
         if step.decision == "elite":
             _collect_evidence(ctx, step.child_id or "", cfg.device_for(r.get("branch") or 0))
         used = (r.get("llm") or {}).values()
@@ -508,12 +523,16 @@ def archive_step(state: State, ctx: RunContext) -> State:
         run.append_step(record.model_dump(mode="json"))
     best = archive.best
     stop = None
+    status = FINISHED
     spent = spent_so_far(ctx)
     results = state.get("results") or []
     failures = [u["error"] for r in results for u in (r.get("llm") or {}).values() if u.get("error_kind") == "provider"]
+    budget = cfg.step_budget()
     if results and failures and all(not r.get("child") for r in results):
-        stop = failures[0]  # the provider is down for good (retries spent): say so rather than spin
-    elif counted_steps(archive) >= cfg.iterations:
+        # the provider stayed down past the retry window (or refused for good): say so rather than spin, and
+        # leave the run resumable; a stop asked for meanwhile (which ends the retries) is what the user sees
+        stop, status = (STOPPED_ON_REQUEST, STOPPED) if ctx.stop_requested else (failures[0], FAILED)
+    elif budget is not None and counted_steps(archive) >= budget:
         stop = f"iteration budget reached ({counted_steps(archive)} steps)"
     elif cfg.time_budget_s is not None and time.time() - run.created_at() >= cfg.time_budget_s:
         stop = f"time budget reached ({cfg.time_budget_s:.0f} s)"
@@ -530,9 +549,10 @@ def archive_step(state: State, ctx: RunContext) -> State:
             notes = [(r.get("coder") or {}).get("note") for r in results]
             stop = "search exhausted: " + (next((n for n in notes if n), None) or "no parent has a move left")
         if stop is None and ctx.stop_requested:
-            stop = STOPPED_ON_REQUEST
+            stop, status = STOPPED_ON_REQUEST, STOPPED
     run.update(steps=len(archive.steps), tokens=spent["tokens"], cost_usd=spent["cost_usd"],
                best_kernel=best.id if best else None,
                best_speedup=best.speedup_vs_eager if best else None,
-               status="running" if stop is None else "finished", stop_reason=stop)
+               status=RUNNING if stop is None else status, stop_reason=stop,
+               resumable=stop is not None and status in (STOPPED, FAILED))
     return {"archive": store_archive(ctx, archive, state.get("generation", 0)), "stop": stop, "results": None}

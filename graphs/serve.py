@@ -37,6 +37,13 @@ class ServeInput(TypedDict, total=False):
     seed_kernel: str | None
     """the seed kernel: a file path, or its source"""
     iterations: int
+    """candidate children to evaluate in all; not given: 8 unless time_budget_s is given, then no step limit (the
+    run goes on until that budget, a plateau, the target or a stop)"""
+    time_budget_s: float
+    """wall-time budget in seconds since the run was created"""
+    provider_retry_window_s: float
+    """how long a model call retries a provider's transient failures (default 900); past it the run stops with
+    status failed (`kernelwright optimize --resume RUN_ID` continues it)"""
     branches: int
     device: str
     """cpu, cuda, cuda:N or cuda:0,cuda:1 (default: cuda when the server has a GPU); with cluster: cuda or cpu"""
@@ -62,10 +69,16 @@ class ServeState(ServeInput, total=False):
 
 
 def _settings(state: ServeState) -> RunConfig:
+    """The run's settings from the served graph's input: the same budgets as `kernelwright optimize`
+    (`RunConfig.step_budget`: iterations given or 8, or no step limit with a time budget alone)."""
+    window = state.get("provider_retry_window_s")
     return RunConfig(device=state.get("device") or "", cluster=state.get("cluster") or "",
-                     actors=int(state.get("actors") or 0), iterations=int(state.get("iterations") or 8),
+                     actors=int(state.get("actors") or 0),
+                     iterations=int(state["iterations"]) if state.get("iterations") else None,
+                     time_budget_s=float(state["time_budget_s"]) if state.get("time_budget_s") else None,
                      branches=int(state.get("branches") or 1), model=state.get("model") or "builtin",
-                     review=state.get("review") or "proposals")
+                     review=state.get("review") or "proposals",
+                     **({"provider_retry_window_s": float(window)} if window else {}))
 
 
 def start(state: ServeState) -> dict[str, Any]:

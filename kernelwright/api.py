@@ -223,10 +223,15 @@ class RunHandle:
                 return
         elif self._fresh or not saved.values:
             state = initial_state()  # a new run, or one killed before its first checkpoint: start it over
-        elif saved.values.get("stop") == STOPPED_ON_REQUEST and not saved.next:
-            # stopped on request after a generation: take the stop back, so the graph goes on from there
-            self._graph.update_state(self._thread, {"stop": None}, as_node="archive")
-            self.run.update(status="running", stop_reason=None)
+        elif saved.values.get("stop") and not saved.next and (self.run.info().resumable
+                                                                or saved.values["stop"] == STOPPED_ON_REQUEST):
+            # stopped on request, or by a provider that stayed down: take the stop back, so the graph goes on
+            # from the generation it finished (or, when the seed was never judged, from the start)
+            if (saved.values.get("archive") or {}).get("version") is None:
+                state = initial_state()
+            else:
+                self._graph.update_state(self._thread, {"stop": None}, as_node="archive")
+            self.run.update(status="running", stop_reason=None, resumable=False)
         self._fresh = False
         seen = len(self.run.trace())
         while True:
@@ -347,6 +352,8 @@ def start_run(problem: str | Path, *, seed_kernel: str | Path | None = None, con
     check_config(config, models)
     if not config.cluster:  # on a cluster, the workers there decide (verdict `unconfined`)
         check_confinement()
+    if not Path(problem).is_file():  # the problem first: without it no seed matters
+        raise UsageError(f"{problem}: no such problem file")
     if seed_kernel is None and config.model_for("coder") == "builtin":
         raise UsageError("the builtin policy improves an existing kernel: give one with --seed-kernel FILE")
     seed_src = _source(seed_kernel, "seed kernel") if seed_kernel is not None else None

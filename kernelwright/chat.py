@@ -117,7 +117,8 @@ class Chat:
         if info.status != self._status:
             self._status = info.status
             if info.status not in ("running", "created", "awaiting review"):
-                self.say(f"[bold]run {info.id}: {info.status}[/] ({escape(info.stop_reason or '')})")
+                hint = f"; resume: kernelwright chat --attach {info.id}" if info.resumable else ""
+                self.say(f"[bold]run {info.id}: {info.status}[/] ({escape(info.stop_reason or '')}){hint}")
         if self.driver_error:
             self.say(f"[red]the run failed: {escape(self.driver_error)}[/]")
             self.driver_error = None
@@ -280,10 +281,14 @@ class Chat:
         waiting = api.pending_reviews(self.run_id, self.runs_dir)
         st = api.steering(self.run_id, self.runs_dir)
         rejected = sum(1 for s in self.view.steps() if s.decision.reason == "reviewer_rejected")
-        self.say(f"run {info.id}: {info.status} — {info.steps} steps, {info.steps - rejected} of {cfg.iterations} in the "
-                 f"iteration budget (rejected proposals do not count), problem {escape(info.problem)}")
+        budget = cfg.step_budget()
+        counted = (f"{info.steps - rejected} of {budget} in the iteration budget" if budget is not None
+                   else f"{info.steps - rejected} counted, no step limit ({escape(cfg.budget_words())})")
+        self.say(f"run {info.id}: {info.status} — {info.steps} steps, {counted} (rejected proposals do not count), "
+                 f"problem {escape(info.problem)}")
         self.say("best: " + (f"{info.best_kernel[:12]} at {info.best_speedup:.3f}× eager" if info.best_speedup
-                             else f"{(info.best_kernel or '-')[:12]} (not timed on this device)"))
+                             else f"{info.best_kernel[:12]} (not timed on this device)" if info.best_kernel
+                             else "none (no kernel is verified yet)"))
         self.say("waiting for a review: " + (", ".join(p.step_id for p in waiting) or "nothing"))
         if not st.empty():
             self.say("steering: " + escape(st.render().replace("\n", "; ")))
@@ -460,15 +465,18 @@ def _plain(chat: Chat) -> None:
 
 
 def run_chat(*, attach: str | None, runs_dir: Path, console: Console, start: Callable[[], api.RunHandle] | None,
-             asker_for: Callable[[api.RunConfig], Callable[[str, Path, str], str] | None] | None = None) -> int:
-    """`kernelwright chat`: start a new run (`start`) or attach to `attach`; returns the exit status."""
+             asker_for: Callable[[api.RunConfig], Callable[[str, Path, str], str] | None] | None = None,
+             moves: dict[str, Any] | None = None) -> int:
+    """`kernelwright chat`: start a new run (`start`) or attach to `attach`; returns the exit status.
+    `moves`: where an attached run that this process resumes evaluates from now on (`api.resume_run`'s
+    device, cluster, actors, hosts), as `optimize --resume` takes them."""
     handle: api.RunHandle | None = None
     if attach:
         api.open_run(attach, runs_dir)  # UsageError for an unknown run
         if api.driven_elsewhere(attach, runs_dir):
             console.print(f"run {attach} is driven by another process: reviewing it from here")
         else:
-            handle = api.resume_run(attach, runs_dir=runs_dir)
+            handle = api.resume_run(attach, runs_dir=runs_dir, **(moves or {}))
             if handle.config.review == "none":
                 console.print(f"run {attach} was started without reviews: it goes on unattended (/status, /why and "
                               "/steer still work)")

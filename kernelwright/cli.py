@@ -35,6 +35,48 @@ err = Console(stderr=True)
 out = Console()
 
 
+def _flags_take_no_value() -> None:
+    """typer's rich help prints `<bool>` beside every flag (`--json <bool>`), as if it took a value: show a
+    flag as the bare flag it is. Applied to the option class, so every command's flags read the same."""
+    try:
+        from typer.core import TyperOption
+    except ImportError:  # pragma: no cover - a typer without the rich help
+        return
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_kernelwright", False):
+        return
+
+    def display_type_rich(self, ctx):  # type: ignore[no-untyped-def]
+        if getattr(self, "is_flag", False) and not getattr(self, "count", False):
+            return None
+        return shown(self, ctx)
+
+    display_type_rich._kernelwright = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
+_VERBOSE = False
+"""--verbose was given (the root option): commands show what they otherwise keep short (eval's phases)"""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kernelwright")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from kernelwright import __version__
+
+        return str(__version__)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"kernelwright {_version()}\n")
+        raise typer.Exit(0)
+
+
 class CompileMode(str, Enum):
     default = "default"
     max_autotune = "max-autotune"
@@ -116,7 +158,12 @@ def _confinement(allow_unconfined: bool, as_json: bool = False, here: bool = Tru
 
 
 @app.callback()
-def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log what happens underneath")] = False) -> None:
+def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log what happens underneath, and show "
+                                                                      "eval's phases")] = False,
+          version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                                help="print the installed version and exit")] = False) -> None:
+    global _VERBOSE
+    _VERBOSE = verbose
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
 
@@ -130,6 +177,8 @@ def eval_cmd(
     trials: Annotated[int, typer.Option(min=1, max=100, help="trials per input family")] = 5,
     compile_mode: Annotated[CompileMode, typer.Option(help="torch.compile mode of the compiled baseline")] = CompileMode.default,
     as_json: Annotated[bool, typer.Option("--json", help="print exactly one JSON object on stdout")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="also show where the evaluation's time went "
+                                                                  "(its phases)")] = False,
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """Verify a candidate kernel against a problem (and time it on a GPU)."""
@@ -140,7 +189,7 @@ def eval_cmd(
     elif result.verdict == "error":  # not a verdict on the candidate: one sentence on stderr
         raise _usage_error(result.detail)
     else:
-        _print_result(result, prob.path, str(candidate))
+        _print_result(result, prob.path, str(candidate), verbose)
     raise typer.Exit(0 if result.passed else 2 if result.verdict == "error" else 1)
 
 
@@ -178,11 +227,12 @@ def baseline_cmd(
             sys.stdout.write(json.dumps(row, default=str) + "\n")
             sys.stdout.flush()
         else:
-            _print_baseline(row)
+            _print_baseline(row, timed=dev.type != "cpu")
     raise typer.Exit(2 if any(r.get("verdict") == "error" for r in rows) else 0)
 
 
-def _print_baseline(r: dict) -> None:  # type: ignore[type-arg]
+def _print_baseline(r: dict, timed: bool = True) -> None:  # type: ignore[type-arg]
+    """One problem's survey; `timed` False (the CPU, where nothing is timed) leaves out the timing's words."""
     p = Path(str(r.get("problem")))
     name = f"{p.parent.name}/{p.name}" if p.stem == "problem" else p.name
     if r.get("verdict") == "error":
@@ -198,7 +248,7 @@ def _print_baseline(r: dict) -> None:  # type: ignore[type-arg]
         parts.append(f"compile {r['compile_ms']:.4g} ms ({r.get('compile_mode')})")
     if r.get("floor_ms") is not None:
         parts.append(f"floor {r['floor_ms']:.4g} ms ({r.get('bound')})")
-    if mem.get("timing_sets") is not None:
+    if timed and mem.get("timing_sets") is not None:
         parts.append(f"{mem['timing_sets']} timing sets")
     if r.get("trusted_peak_bytes"):
         parts.append(f"peak {r['trusted_peak_bytes'] / 1e9:.2f} GB")
@@ -228,9 +278,13 @@ def profile_cmd(
     try:
         dev = resolve_device(device)
         prob = load_problem(problem, precision.value if precision else None)
+        if dev.type == "cpu" and not as_json:  # said before the verification's minute, not after it
+            err.print("on the CPU a profile only verifies the candidate and names its kernels (Triton's interpreter "
+                      "runs them); timing, the device-time breakdown, compiled resources and Nsight Compute need a "
+                      "GPU. Verifying…", markup=False, highlight=False, soft_wrap=True)
         policy = EvalPolicy(compile_mode=_mode(compile_mode), allow_unconfined=allowed)
         with Evaluator(prob, str(dev), policy) as evaluator:
-            prof = evaluator.profile(source, ncu=ncu)
+            prof = evaluator.profile(source, ncu=ncu and dev.type != "cpu")
     except ProblemError as e:
         raise _fail(str(e), as_json, "bad_problem") from None
     except DeviceError as e:
@@ -250,8 +304,11 @@ SeedKernelOpt = Annotated[Optional[Path], typer.Option("--seed-kernel", help="a 
 ModelOpt = Annotated[str, typer.Option(help="builtin (no model) or provider:model")]
 BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (vLLM, SGLang, Ollama)")]
 RoleModelOpt = Annotated[Optional[list[str]], typer.Option("--role-model", help="ROLE=provider:model, per role")]
-IterationsOpt = Annotated[int, typer.Option(min=1, help="candidate children to evaluate in all")]
-TimeBudgetOpt = Annotated[Optional[str], typer.Option("--time-budget", help="wall-time budget, e.g. 90s, 30m, 8h")]
+IterationsOpt = Annotated[Optional[int], typer.Option(
+    min=1, help="candidate children to evaluate in all (default: 8 when no time, token or cost budget is given; with "
+                "one, no step limit: the run goes on until that budget, a plateau, the target or a stop)")]
+TimeBudgetOpt = Annotated[Optional[str], typer.Option("--time-budget", help="wall-time budget, e.g. 90s, 30m, 8h "
+                                                                         "(without --iterations: no step limit)")]
 BranchesOpt = Annotated[int, typer.Option(min=1, max=64, help="parents per generation (parallel branches)")]
 ClusterOpt = Annotated[Optional[str], typer.Option(help="evaluate on a running Ray cluster: ray (this machine's), ray://HOST:PORT "
                                                         "or HOST:PORT; --device then says cuda (one GPU per actor) or cpu")]
@@ -267,6 +324,10 @@ RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="folder of run direct
 TokenBudgetOpt = Annotated[Optional[int], typer.Option("--token-budget", min=1, help="stop after this many model tokens (all roles)")]
 CostBudgetOpt = Annotated[Optional[float], typer.Option("--cost-budget", min=0.0, help="stop after this much model spend, USD (needs --price)")]
 PriceOpt = Annotated[Optional[list[str]], typer.Option("--price", help="provider:model=IN/OUT, USD per million input/output tokens")]
+RetryWindowOpt = Annotated[Optional[str], typer.Option(
+    "--provider-retry-window", help="how long a model call retries a provider's transient failures (connection, "
+                                    "429, 5xx, timeouts), e.g. 30m (default 15m); past it the run stops as failed, "
+                                    "resumable with --resume")]
 
 
 @app.command("optimize")
@@ -276,7 +337,7 @@ def optimize_cmd(
     model: ModelOpt = "builtin",
     base_url: BaseUrlOpt = None,
     role_model: RoleModelOpt = None,
-    iterations: IterationsOpt = 8,
+    iterations: IterationsOpt = None,
     time_budget: TimeBudgetOpt = None,
     branches: BranchesOpt = 2,
     device: DeviceOpt = None,
@@ -294,9 +355,11 @@ def optimize_cmd(
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
     hosts: HostsFlag = None,
+    provider_retry_window: RetryWindowOpt = None,
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
-    """Improve a kernel step by step: analyst, strategist, coder, verifier, archive."""
+    """Improve a kernel step by step: analyst, strategist, coder, verifier, archive. Status at the end: finished,
+    stopped (Ctrl-C or a stop request: resumable) or failed (exit 1; resumable when the model provider was down)."""
     from kernelwright import optimize as opt
 
     # with --resume the run's own place decides (a Ray cluster's or here): the API checks it when it reopens it
@@ -308,17 +371,20 @@ def optimize_cmd(
             precision=precision.value if precision else None, trials=trials, run_dir=run_dir, resume=resume,
             console=out, token_budget=token_budget, cost_budget=cost_budget, prices=price or [], profile=profile.value,
             review=review.value, cluster=cluster, actors=actors, hosts=hosts.value if hosts else None,
+            provider_retry_window=provider_retry_window,
         )
     except opt.UsageError as e:
         raise _usage_error(str(e)) from None
-    out.print(f"run [bold]{summary.run_id}[/]: {summary.status} ({summary.stop_reason})")
-    if summary.best_path:
-        speed = f", {summary.best_speedup:.2f}× eager" if summary.best_speedup else ""
-        out.print(f"best kernel: {summary.best_path}{speed}")
-    if summary.latest_unmeasured:
-        out.print(f"latest verified kernel (not timed on this device; a GPU run can measure it): "
-                  f"{summary.latest_unmeasured}")
-    raise typer.Exit(0 if summary.best_path else 1)
+    for line in opt.end_lines(summary, run_dir):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    out.print(_look_at(summary.run_id, run_dir), markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(summary.exit_code)
+
+
+def _look_at(run_id: str, run_dir: Path) -> str:
+    """The last line of a run: the commands that show it (a new user's next step after the demo)."""
+    where = "" if Path(run_dir) == Path("runs") else f" --run-dir {run_dir}"
+    return f"look at it: kernelwright trace {run_id}{where}; kernelwright report {run_id}{where}"
 
 
 @app.command("chat")
@@ -329,7 +395,7 @@ def chat_cmd(
     model: ModelOpt = "builtin",
     base_url: BaseUrlOpt = None,
     role_model: RoleModelOpt = None,
-    iterations: IterationsOpt = 8,
+    iterations: IterationsOpt = None,
     time_budget: TimeBudgetOpt = None,
     branches: BranchesOpt = 1,
     device: DeviceOpt = None,
@@ -340,32 +406,46 @@ def chat_cmd(
     cost_budget: CostBudgetOpt = None,
     price: PriceOpt = None,
     profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence (as for optimize)")] = ProfileOpt.auto,
+    review: Annotated[ReviewOpt, typer.Option(help="a new run's reviews: proposals (the default: each branch waits "
+                                                   "for you) or none (it goes on unattended; /status, /why, /steer "
+                                                   "still work)")] = ReviewOpt.proposals,
+    resume: Annotated[Optional[str], typer.Option("--resume", help="continue the run with this id (the same as "
+                                                                   "--attach)")] = None,
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
+    hosts: HostsFlag = None,
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
-    """A chat session over a run: review each proposal (approve, edit, reject, propose your own), steer, ask why."""
+    """A chat session over a run: review each proposal (approve, edit, reject, propose your own), steer, ask why.
+    Takes optimize's flags; --resume is --attach."""
     from kernelwright import api
     from kernelwright import chat as chat_mod
     from kernelwright import optimize as opt
 
+    if resume is not None and attach is not None and resume != attach:
+        raise _usage_error(f"--attach {attach} and --resume {resume} name two runs: give one")
+    attach = attach or resume
     if (problem is None) == (attach is None):
         raise _usage_error("give a problem file to start a run, or --attach RUN_ID (not both)")
     _confinement(allow_unconfined, here=attach is None and not cluster)  # an attached run: the API checks on resume
 
     def start() -> api.RunHandle:
+        if problem is not None and not problem.is_file():  # the problem first, as optimize says it
+            raise api.UsageError(f"{problem}: no such problem file")
         if seed_kernel is not None and not seed_kernel.is_file():
             raise api.UsageError(f"{seed_kernel}: no such seed kernel file")
         config = opt.build_config(model=model, base_url=base_url, role_models=role_model or [], iterations=iterations,
                                   time_budget=time_budget, branches=branches, device=device,
                                   precision=precision.value if precision else None, trials=trials,
                                   token_budget=token_budget, cost_budget=cost_budget, prices=price or [],
-                                  profile=profile.value, review="proposals", cluster=cluster, actors=actors)
+                                  profile=profile.value, review=review.value, cluster=cluster, actors=actors,
+                                  hosts=hosts.value if hosts else "auto")
         return api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir)  # type: ignore[arg-type]
 
     try:
+        moves = {"device": device, "cluster": cluster, "actors": actors, "hosts": hosts.value if hosts else None}
         code = chat_mod.run_chat(attach=attach, runs_dir=run_dir, console=out, start=start,
-                                 asker_for=chat_mod.asker_for)
+                                 asker_for=chat_mod.asker_for, moves={k: v for k, v in moves.items() if v is not None})
     except api.UsageError as e:
         raise _usage_error(str(e)) from None
     raise typer.Exit(code)
@@ -420,13 +500,23 @@ def runs_cmd(run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of 
     """List runs: id, problem, status, steps, best speedup."""
     from kernelwright.tools.runstore import RunStore
 
-    table = Table(box=None, header_style="bold")
-    for col in ("id", "problem", "status", "steps", "best speedup"):
-        table.add_column(col)
-    for info in RunStore(run_dir).list():
-        table.add_row(info.id, info.problem, info.status, str(info.steps),
-                      f"{info.best_speedup:.2f}×" if info.best_speedup else "-")
-    out.print(table)
+    if run_dir == Path("runs") and not run_dir.exists():  # the default, before a first run: nothing mistyped
+        sys.stdout.write("no runs yet here (./runs): start one with kernelwright optimize PROBLEM\n")
+        return
+    _runs_folder(run_dir)
+
+    from kernelwright.optimize import runs_lines
+
+    # plain columns, the id never cut (every other command needs it); in a terminal only the problem's path is
+    # shortened to fit the width, piped nothing is
+    for line in runs_lines(RunStore(run_dir).list(), out.width if out.is_terminal else None):
+        sys.stdout.write(line + "\n")
+
+
+def _runs_folder(run_dir: Path) -> None:
+    """A folder of runs that is not there is a mistyped --run-dir, not an empty list: one sentence, exit 2."""
+    if not run_dir.is_dir():
+        raise _usage_error(f"{run_dir}: no such folder of runs")
 
 
 @app.command("trace")
@@ -465,11 +555,19 @@ def trace_cmd(
                     _print_step(r, as_json)
             shown += len(new)
             if not follow:
+                if step is not None and not any(r.step == step for r in new):
+                    numbers = sorted({r.step for r in new})
+                    there = (f"steps {numbers[0]} to {numbers[-1]}" if len(numbers) > 1 else f"step {numbers[0]}"
+                             ) if numbers else "no steps yet"
+                    raise _fail(f"run {run_id} has no step {step}: it has {there}", as_json)
                 return
             info = view.info()
-            if info.status in ("finished", "failed", "interrupted"):
+            if info.status in ("finished", "stopped", "failed", "interrupted"):
                 if not as_json:
-                    err.print(f"run {run_id}: {info.status}" + (f" ({info.stop_reason})" if info.stop_reason else ""),
+                    from kernelwright.optimize import resume_command
+
+                    err.print(f"run {run_id}: {info.status}" + (f" ({info.stop_reason})" if info.stop_reason else "")
+                              + (f"; resume: {resume_command(run_id, run_dir)}" if info.resumable else ""),
                               markup=False, highlight=False)
                 return
             # a run marked running that no live process drives (killed): say so once it has been quiet a while
@@ -492,7 +590,9 @@ def _print_step(r, as_json: bool) -> None:  # type: ignore[no-untyped-def]
         sys.stdout.write(r.model_dump_json() + "\n")
         sys.stdout.flush()
         return
-    out.print(f"[bold]step {r.step}[/] ({r.step_id}) parent {r.parent} -> child {r.child}")
+    from kernelwright.optimize import verdict_words
+
+    out.print(f"[bold]step {r.step}[/] ({r.step_id}) parent {r.parent} -> " + (f"child {r.child}" if r.child else "no child"))
     if r.diagnosis:
         out.print(f"  diagnosis: {r.diagnosis.bottleneck}: {r.diagnosis.summary}", markup=False)
         if r.diagnosis.evidence:
@@ -503,7 +603,7 @@ def _print_step(r, as_json: bool) -> None:  # type: ignore[no-untyped-def]
     if r.review:
         why = f": {r.review.message}" if r.review.message else ""
         out.print(f"  review: {r.review.decision} by {r.review.by} at {r.review.at}{why}", markup=False)
-    out.print(f"  verifier: {r.verdict} {r.result.reason if r.result else ''}", markup=False)
+    out.print(f"  verifier: {verdict_words(r)}", markup=False)
     d = r.decision
     measured = f"measured {d.measured_speedup:.3f}x" if d.measured_speedup is not None else "not timed"
     predicted = f", predicted {d.predicted_speedup}x" if d.predicted_speedup is not None else ""
@@ -682,7 +782,7 @@ def _evaluate(problem: Path, candidate: Path, device: str | None, precision: Pre
         raise _fail(f"the evaluator itself {what}", as_json, "evaluator_error") from None
 
 
-def _print_result(result, problem: str, candidate: str) -> None:  # type: ignore[no-untyped-def]
+def _print_result(result, problem: str, candidate: str, verbose: bool = False) -> None:  # type: ignore[no-untyped-def]
     colour = "green" if result.passed else "red"
     out.print(f"[bold {colour}]{result.verdict.upper()}[/] [dim]{result.reason}[/]  {escape(candidate)} on {escape(problem)} "
               f"({result.device}, {result.precision})")
@@ -714,8 +814,9 @@ def _print_result(result, problem: str, candidate: str) -> None:  # type: ignore
                       markup=False, highlight=False)
         for flag in t.suspect:
             out.print(f"[bold yellow]suspect:[/] {escape(flag)}")
-    phases = ", ".join(f"{k} {v:.2f}" for k, v in result.phases.items())
-    out.print(f"[dim]phases (s): {phases}[/]")
+    if verbose or _VERBOSE:  # where the evaluation's time went: for whoever asked (eval -v, kernelwright -v eval)
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in result.phases.items())
+        out.print(f"[dim]phases (s): {phases}[/]")
 
 
 def main() -> None:

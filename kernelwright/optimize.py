@@ -21,7 +21,7 @@ from rich.table import Table
 from kernelwright import api
 from kernelwright.api import UsageError
 
-__all__ = ["Summary", "UsageError", "parse_duration", "parse_prices", "parse_role_models", "run_optimize"]
+__all__ = ["Summary", "UsageError", "end_lines", "parse_duration", "parse_prices", "parse_role_models", "run_optimize"]
 
 
 @dataclass
@@ -33,13 +33,44 @@ class Summary:
     best_speedup: float | None
     latest_unmeasured: str | None = None
     """the newest verified child that could not be timed (CPU runs), when the best kernel is untimed too"""
+    resumable: bool = False
+    """`kernelwright optimize --resume RUN_ID` continues the run (stopped, failed on a provider, interrupted)"""
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the run ended as asked with a verified kernel; 1 when it failed (a provider down past the retry
+        window, a rejected seed) or has no verified kernel; 130 when a second Ctrl-C aborted it."""
+        if self.status == "interrupted":
+            return 130
+        return 1 if self.status == "failed" or not self.best_path else 0
 
 
-def parse_duration(text: str) -> float:
-    """'90', '90s', '30m', '8h', '1h30m' -> seconds."""
+def resume_command(run_id: str, run_dir: Path | str = "runs") -> str:
+    """The command that continues a run, with the runs folder when it is not the default one."""
+    where = "" if Path(run_dir) == Path("runs") else f" --run-dir {run_dir}"
+    return f"kernelwright optimize --resume {run_id}{where}"
+
+
+def end_lines(summary: Summary, run_dir: Path | str = "runs") -> list[str]:
+    """What optimize prints when the run ends: its status and why, its best kernel (never a rejected seed: a run
+    without a verified kernel has none), and the command that resumes it where it can be resumed."""
+    lines = [f"run {summary.run_id}: {summary.status}" + (f" ({summary.stop_reason})" if summary.stop_reason else "")]
+    if summary.best_path:
+        speed = f", {summary.best_speedup:.2f}× eager" if summary.best_speedup else ""
+        lines.append(f"best kernel: {summary.best_path}{speed}")
+    if summary.latest_unmeasured:
+        lines.append(f"latest verified kernel (not timed on this device; a GPU run can measure it): "
+                     f"{summary.latest_unmeasured}")
+    if summary.resumable:
+        lines.append(f"resume: {resume_command(summary.run_id, run_dir)}")
+    return lines
+
+
+def parse_duration(text: str, flag: str = "--time-budget") -> float:
+    """'90', '90s', '30m', '8h', '1h30m' -> seconds; UsageError naming `flag` for anything else."""
     parts = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", text)
     if not text.strip() or not parts or not any(parts.groups()):
-        raise UsageError(f"--time-budget {text!r}: use a duration like 90s, 30m or 8h")
+        raise UsageError(f"{flag} {text!r}: use a duration like 90s, 30m or 8h")
     h, m, s = (float(g) if g else 0.0 for g in parts.groups())
     return h * 3600 + m * 60 + s
 
@@ -77,27 +108,31 @@ def parse_prices(items: list[str]) -> dict[str, list[float]]:
     return out
 
 
-def build_config(*, model: str, base_url: str | None, role_models: list[str], iterations: int,
+def build_config(*, model: str, base_url: str | None, role_models: list[str], iterations: int | None,
                  time_budget: str | None, branches: int, device: str | None, precision: str | None, trials: int,
                  token_budget: int | None, cost_budget: float | None, prices: list[str] | None, profile: str,
                  review: str, cluster: str | None = None, actors: int | None = None,
-                 hosts: str = "auto") -> api.RunConfig:
-    """optimize's (and chat's) flags as a RunConfig; UsageError, one sentence, for a bad one."""
+                 hosts: str = "auto", provider_retry_window: str | None = None) -> api.RunConfig:
+    """optimize's (and chat's) flags as a RunConfig; UsageError, one sentence, for a bad one. `iterations`
+    None: no step limit when a time, token or cost budget is given, else the default 8 (`RunConfig.step_budget`)."""
+    window = {} if provider_retry_window is None else {
+        "provider_retry_window_s": parse_duration(provider_retry_window, "--provider-retry-window")}
     return api.RunConfig(device=device or "", cluster=cluster or "", actors=actors or 0,
                          precision=precision, branches=branches, iterations=iterations,
                          time_budget_s=parse_duration(time_budget) if time_budget else None, trials=trials,
                          model=model, base_url=base_url, role_models=parse_role_models(role_models),
                          token_budget=token_budget, cost_budget_usd=cost_budget, prices=parse_prices(prices or []),
-                         profile=profile, review=review, hosts=hosts)
+                         profile=profile, review=review, hosts=hosts, **window)
 
 
 def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, base_url: str | None,
-                 role_models: list[str], iterations: int, time_budget: str | None, branches: int, device: str | None,
+                 role_models: list[str], iterations: int | None, time_budget: str | None, branches: int, device: str | None,
                  precision: str | None, trials: int, run_dir: Path, resume: str | None,
                  console: Console, token_budget: int | None = None, cost_budget: float | None = None,
                  prices: list[str] | None = None, models: dict[str, Any] | None = None,
                  profile: str = "auto", review: str = "none", cluster: str | None = None,
-                 actors: int | None = None, hosts: str | None = None) -> Summary:
+                 actors: int | None = None, hosts: str | None = None,
+                 provider_retry_window: str | None = None) -> Summary:
     """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
     view, and the first Ctrl-C asks it to stop after the generation in flight."""
     if resume:
@@ -111,7 +146,8 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
         config = build_config(model=model, base_url=base_url, role_models=role_models, iterations=iterations,
                               time_budget=time_budget, branches=branches, device=device, precision=precision,
                               trials=trials, token_budget=token_budget, cost_budget=cost_budget, prices=prices,
-                              profile=profile, review=review, cluster=cluster, actors=actors, hosts=hosts or "auto")
+                              profile=profile, review=review, cluster=cluster, actors=actors, hosts=hosts or "auto",
+                              provider_retry_window=provider_retry_window)
         handle = api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir, models=models)
     previous = signal.getsignal(signal.SIGINT)
 
@@ -129,7 +165,8 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                 last[0] = _describe(step)
         console.print()
     except KeyboardInterrupt:
-        handle.run.update(status="interrupted", stop_reason="aborted by a second Ctrl-C; resume with --resume")
+        handle.run.update(status="interrupted", stop_reason="aborted by a second Ctrl-C in the middle of a generation",
+                          resumable=True)
     finally:
         signal.signal(signal.SIGINT, previous)
         handle.close()
@@ -138,12 +175,57 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
     archive = api.RunView(handle.run).archive()
     latest = archive.unmeasured[-1] if archive is not None and archive.unmeasured else None
     return Summary(info.id, info.status, info.stop_reason, best, info.best_speedup,
-                   str(handle.run.kernel_path(latest)) if latest and info.best_speedup is None else None)
+                   str(handle.run.kernel_path(latest)) if latest and info.best_speedup is None else None,
+                   resumable=info.resumable)
+
+
+def _best_words(info: api.RunInfo, cfg: api.RunConfig) -> str:
+    """The live view's best kernel: a seed is named only once the verifier passed it (before that, or when it
+    was rejected, there is no best kernel)."""
+    if info.best_kernel is None:
+        return "none yet (the seed is being verified)" if info.status in ("created", "running") else "none"
+    if info.best_speedup:
+        return f"{info.best_speedup:.3f}× eager"
+    return "the verified seed (untimed on the CPU)" if cfg.on_cpu else "the verified seed"
+
+
+def no_child_why(step: api.StepRecord) -> str:
+    """Why a step made no child, in one sentence: the model provider's failure first (it explains the rest),
+    then the coder's error or note, a model's unusable answers, or the archive's word."""
+    down = [u.error for u in step.llm.values() if u.error and u.error_kind == "provider"]
+    other = [u.error for u in step.llm.values() if u.error]
+    return (down[0] if down else None) or step.coder.error or step.coder.note or (other[0] if other else None) \
+        or step.decision.why
+
+
+def verdict_words(step: api.StepRecord) -> str:
+    """The verifier's word on a step, also when there was no child to judge (never a bare None)."""
+    if step.verdict is None:
+        return f"not run (no child: {no_child_why(step)})"
+    return f"{step.verdict} {step.result.reason if step.result else ''}".rstrip()
 
 
 def _describe(step: api.StepRecord) -> str:
     what = step.proposal.what if step.proposal else "no proposal"
-    return f"{step.step_id}: {what} -> {step.verdict} {step.result.reason if step.result else ''}"
+    return f"{step.step_id}: {what} -> {verdict_words(step)}"
+
+
+def runs_lines(infos: list[api.RunInfo], width: int | None = None) -> list[str]:
+    """`kernelwright runs` as plain columns: id, problem, status, steps, best speedup (a dash where there is
+    nothing). The id is never cut: it is what every other command needs. `width` (a terminal's) shortens only the
+    problem's path, from its left, so the line fits; None (piped) cuts nothing."""
+    header = ["id", "problem", "status", "steps", "best speedup"]
+    rows = [[i.id, i.problem, i.status, str(i.steps), f"{i.best_speedup:.2f}×" if i.best_speedup else "-"]
+            for i in infos]
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+    if width is not None:
+        room = width - (sum(widths) - widths[1]) - 2 * (len(header) - 1)
+        if room < widths[1]:
+            widths[1] = max(len(header[1]), room, 12)
+            for r in rows:
+                if len(r[1]) > widths[1]:
+                    r[1] = "…" + r[1][-(widths[1] - 1):]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
 
 
 def _elapsed_s(created: str) -> float | None:
@@ -164,9 +246,9 @@ def _view(info: api.RunInfo, last: str | None) -> Table:
     t.add_row("run", info.id)
     t.add_row("status", info.status)
     cfg = api.RunConfig.from_dict(info.config.context)
-    t.add_row("steps", f"{info.steps} / {cfg.iterations}")
-    t.add_row("best", f"{info.best_speedup:.3f}× eager" if info.best_speedup else "seed (untimed on the CPU)"
-              if cfg.device == "cpu" else "seed")
+    budget = cfg.step_budget()
+    t.add_row("steps", f"{info.steps} / {budget}" if budget is not None else f"{info.steps} (no step limit)")
+    t.add_row("best", _best_words(info, cfg))
     elapsed = _elapsed_s(info.created)
     if elapsed is not None:
         limit = cfg.time_budget_s

@@ -151,12 +151,18 @@ def kv(rows: list[tuple[str, str]]) -> str:
 # -- the header ------------------------------------------------------------------------------------------
 
 
+def _count(n: object, word: str) -> str:
+    """'1 branch', '2 branches': a count with its noun in the right number."""
+    plural = word + ("es" if word.endswith(("ch", "sh", "s", "x")) else "s")
+    return f"{n} {word if n == 1 else plural}"
+
+
 def header(d: RunData) -> str:
     info, cfg = d.info, d.config
     seed_t, best_t = d.timing(d.seed), d.timing(info.best_kernel)
     ref = best_t or seed_t
-    ended = info.status in ("finished", "failed", "interrupted")
-    status = badge(info.status, "ok" if info.status == "finished" else "bad" if info.status == "failed" else "live")
+    ended = info.status in ("finished", "stopped", "failed", "interrupted")
+    status = badge(info.status, "ok" if info.status in ("finished", "stopped") else "bad" if info.status == "failed" else "live")
     any_eval = d.evals.get(info.best_kernel or "") or d.evals.get(d.seed or "") or next(iter(d.evals.values()), None)
 
     dev = d.devices[0] if d.devices else None
@@ -180,7 +186,10 @@ def header(d: RunData) -> str:
     else:
         contract = esc(cfg.get("precision") or "fp32") + " (no kernel judged yet)"
 
-    budgets = [f"{cfg.get('iterations')} iterations", f"{cfg.get('branches')} branches"]
+    from kernelwright.agents.context import RunConfig  # the step budget as the run applies it (8 with no budget)
+
+    its, branches = RunConfig.from_dict(cfg).step_budget(), cfg.get("branches")
+    budgets = [_count(its, "iteration") if its is not None else "no step limit", _count(branches, "branch")]
     if cfg.get("time_budget_s"):
         budgets.append(f"{cfg['time_budget_s']:.0f} s")
     if cfg.get("token_budget"):

@@ -87,6 +87,9 @@ class RunInfo(BaseModel):
     cost_usd: float = 0.0
     config: RunSetup = Field(default_factory=RunSetup)
     stop_reason: str | None = None
+    resumable: bool = False
+    """the run stopped where `kernelwright optimize --resume ID` continues it: stopped on request (status
+    `stopped`), or its model provider stayed down past the retry window (status `failed`)"""
 
 
 def kernel_hash(source: str) -> str:

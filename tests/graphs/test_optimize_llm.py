@@ -113,7 +113,7 @@ def test_a_provider_that_fails_for_good_stops_the_run_with_one_sentence(tmp_path
 
     models = {"scripted:denied": Scripted(script=[Denied("invalid API key"), Denied("invalid API key")])}
     summary = optimize(tmp_path, "scripted:denied", models=models)
-    assert summary.status == "finished"
+    assert summary.status == "failed" and summary.exit_code == 1 and summary.resumable  # fix the key, then resume
     assert summary.stop_reason == "the model provider failed (HTTP 401): invalid API key"
     (rec,) = RunStore(tmp_path).open(summary.run_id).trace()
     assert rec["diagnosis"]["bottleneck"] == "unknown" and "HTTP 401" in rec["llm"]["analyst"]["error"]

@@ -70,7 +70,8 @@ def test_a_stop_request_stops_only_its_own_run(tmp_path: Path) -> None:
         a.request_stop()
         assert len(list(a.steps())) == 1  # the generation in flight is finished, then it stops
         assert len(list(b.steps())) == 3
-    assert a.info().stop_reason.startswith("stopped on request") and a.info().status == "finished"
+    assert a.info().stop_reason.startswith("stopped on request") and a.info().status == "stopped"
+    assert a.info().resumable
     assert b.info().stop_reason == "iteration budget reached (3 steps)"
     # a stopped run resumes where it stopped, with its saved config
     with api.resume_run(a.id, runs_dir=tmp_path) as again:

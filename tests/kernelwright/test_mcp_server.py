@@ -43,7 +43,7 @@ async def _wait_pending(client: Client, run_id: str, timeout: float = 240) -> di
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         p = await _call(client, "pending_review", run_id=run_id)
-        if p:
+        if p and p.get("step_id"):  # none waiting: step_id null and a note
             return p
         status = await _call(client, "run_status", run_id=run_id)
         assert status["error"] is None, status

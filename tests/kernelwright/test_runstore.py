@@ -55,7 +55,7 @@ def test_the_live_view_shows_budget_used(tmp_path: Path) -> None:
 
     run = RunStore(tmp_path).create("p.py", "source", {})
     created = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 125))
-    run.update(created=created, steps=3, tokens=1234, cost_usd=0.5, best_speedup=1.25,
+    run.update(created=created, steps=3, tokens=1234, cost_usd=0.5, best_speedup=1.25, best_kernel="d9e22c9455f8",
                config={"context": {"iterations": 10, "time_budget_s": 3600, "token_budget": 5000,
                                    "cost_budget_usd": 2.0, "device": "cuda:0"}})
     out = io.StringIO()
