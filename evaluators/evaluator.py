@@ -39,7 +39,7 @@ from .judge import (
 )
 from .locks import LockTimeout, measurement_lock, shared_use
 from .ledger import MemoryLedger, Reservation, ledger_for, measure
-from .memory import Plan, plan_memory, usable_bytes
+from .memory import Plan, plan_memory, timing_bytes, usable_bytes
 from .pool import Limits, Worker, WorkerFault, WorkerPool, declared_variants
 from .problem import Precision, Problem, ProblemError
 from .profiling import Profile, profile_candidate
@@ -51,6 +51,12 @@ from .timing import noise_band
 from .transport import SharedTransport, WireTransport
 
 log = logging.getLogger(__name__)
+
+ROUGH_REPS = 3
+"""timed forwards of the quick check's rough time (`Evaluator._rough_time`)"""
+ROUGH_WARMUP = 2
+ROUGH_LOCK_S = 30.0
+"""how long the rough time waits for the device's measurement lock before it is left out"""
 
 
 @dataclass
@@ -402,8 +408,9 @@ class Evaluator:
         device (`MemoryLedger.admit(exclusive=True)`).
 
         `quick`: the coder's quick check — one trial of the base family plus the problem's
-        `get_test_inputs()` sets (its general shapes), every guard, no timing. Not a verdict anyone should
-        trust for admission; it tells a draft's author about compile errors and wrong results in seconds."""
+        `get_test_inputs()` sets (its general shapes), every guard, no timing but, on CUDA with timing on, one
+        rough measurement for the draft's author (`_rough_time`: a check, never a `Timing`). Not a verdict anyone
+        should trust for admission; it tells a draft's author about compile errors and wrong results in seconds."""
         t_start = time.monotonic()
         checks: list[Check] = []
         phases: dict[str, float] = {}
@@ -429,8 +436,10 @@ class Evaluator:
             # Room beside the evaluations in flight on the device, before this one's worker takes its share.
             ledger = ledger_for(self.device)
             timed = self.device.type == "cuda" and self.policy.timing and not quick and plan.timing_sets > 0
+            rough = self.device.type == "cuda" and self.policy.timing and quick and plan.timing_sets > 0
             reservation = ledger.admit(
-                plan.trial_bytes + plan.hold_bytes, plan.timing_bytes if timed else 0,
+                plan.trial_bytes + plan.hold_bytes,
+                plan.timing_bytes if timed else self._rough_bytes(plan) if rough else 0,
                 lambda: usable_bytes(_free_bytes(self.device, ledger, self.policy.device_memory_bytes)),
                 exclusive=alone, label=f"{self.problem.path}: a candidate")
             phases["memory_wait_s"] = reservation.waited_s
@@ -461,6 +470,8 @@ class Evaluator:
                     why = info.get("ipc_error") or "switched off by policy"
                     checks.append(Check(name="transport", outcome="info", detail=f"host copies over the socket ({why})"))
             self._run(worker, transport, source, result, checks, phases, plan, quick)
+            if rough:
+                self._rough_time(worker, transport, checks, reservation, phases)
             if self.device.type == "cuda" and self.policy.timing and not quick:
                 t0 = time.monotonic()
                 try:
@@ -624,6 +635,12 @@ class Evaluator:
             for name, rec in header.get("launches", {}).items():
                 entry = launches.setdefault(name, KernelLaunch(name=name, launches=0))
                 entry.launches += int(rec.get("count", 0))
+                # the bytes one forward's launches span, from a forward on the problem's own inputs; one after
+                # the first call when there is one (the first may include autotuning's benchmark launches)
+                if family == "base" and (entry.launches_per_forward is None or calls > 0) \
+                        and isinstance(rec.get("arg_bytes"), int):
+                    entry.launches_per_forward = int(rec.get("count", 0))
+                    entry.arg_bytes_per_forward = max(0, int(rec["arg_bytes"]))
                 if not entry.compiled and isinstance(rec.get("compiled"), dict):
                     entry.compiled = {str(k): int(v) for k, v in rec["compiled"].items() if isinstance(v, (int, float))}
                 for g in rec.get("grids", []):
@@ -771,6 +788,39 @@ class Evaluator:
 
     # -- timing ---------------------------------------------------------------------------------------
 
+    def _rough_bytes(self, plan: Plan) -> int:
+        """What the quick check's rough measurement needs at its peak: the timing's bytes with one input set."""
+        if self._footprints is None:
+            return plan.timing_bytes
+        return min(plan.timing_bytes, timing_bytes(*self._footprints, 1))
+
+    def _rough_time(self, worker: Worker, transport: WireTransport | SharedTransport, checks: list[Check],
+                    reservation: Reservation, phases: dict[str, float]) -> None:
+        """The quick check's rough time of a draft at the problem's size, for its author: `ROUGH_REPS` timed
+        forwards (CUDA events, in the worker, as the real timing takes them) on one fresh input set after
+        `ROUGH_WARMUP` warm-ups, under the device's measurement lock; their median, as a check of outcome `info`.
+        Rough on purpose: one measurement, no baselines, no noise band, outputs not re-checked; never used to
+        admit anything. A candidate that fails while timed fails the quick check (the same guards as the real
+        timing); a GPU busy past `ROUGH_LOCK_S` leaves it unmeasured, with a check saying so."""
+        t0 = time.monotonic()
+        try:
+            phases["rough_memory_wait_s"] = reservation.timing()  # this device's timing turn
+            with shared_use(self.device), self._ref_lock:  # GPU lock first: see _roofline
+                torch.cuda.empty_cache()
+                inputs = self.reference.timing_inputs(1)
+            lim = self._limits(ROUGH_REPS + ROUGH_WARMUP)
+            with measurement_lock(self.device, timeout=ROUGH_LOCK_S):
+                timed = time_candidate(transport, worker, inputs, ROUGH_REPS, ROUGH_WARMUP, lambda *_: None,
+                                       call_s=lim["call_s"], total_s=lim["timing_s"], out_bytes=0, share=0.0)
+            del inputs
+            ms = sorted(timed.samples.event_ms)[len(timed.samples.event_ms) // 2]
+            checks.append(Check(name="rough_time", outcome="info", detail=(
+                f"rough time at the problem's size: {ms:.4g} ms (median of {ROUGH_REPS} forwards after "
+                f"{ROUGH_WARMUP} warm-ups, CUDA events; rough, one measurement, never used to admit anything)")))
+        except LockTimeout as e:
+            checks.append(Check(name="rough_time", outcome="skip", detail=f"rough time not measured: {e}"))
+        phases["rough_time_s"] = time.monotonic() - t0
+
     def _time(self, worker: Worker, transport: WireTransport | SharedTransport, checks: list[Check], plan: Plan,
               phases: dict[str, float]) -> Timing:
         pol = self.policy
@@ -828,6 +878,9 @@ class Evaluator:
         checks.append(check_)
         summary["timing_sets"] = len(inputs)
         summary["checked_reps"] = len(timed.checked)
+        if roof is not None and roof.get("memory_ms"):  # the roofline's two sides, for the design's own floor
+            summary["bandwidth"] = roof["bytes"] / (roof["memory_ms"] / 1e3)
+            summary["compute_floor_ms"] = roof.get("compute_ms")
         summary["measure_s"] = measure_s  # seconds this evaluation held the GPU exclusively
         del inputs
         return Timing.model_validate(summary)

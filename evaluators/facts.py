@@ -89,8 +89,10 @@ def _size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def render_facts(f: DeviceFacts) -> str:
-    """A few lines for a prompt (under 900 characters)."""
+def render_facts(f: DeviceFacts, brief: bool = False, admission: bool = True) -> str:
+    """A few lines for a prompt (under 900 characters); `brief`: the device and its resources, without the
+    measured bandwidth and matmul peaks (for a role that reads a diagnosis made from them); `admission`: with the
+    rule a child is admitted by (the strategist's concern, not the coder's)."""
     if not f.timed and f.device == "cpu":
         return f"device: {f.name}; nothing is timed here.\n{f.admission}"
     lines = [f"device: {f.name} ({f.device}, compute capability {f.compute_capability})"]
@@ -110,6 +112,8 @@ def render_facts(f: DeviceFacts) -> str:
         res.append(f"{_size(f.memory_bytes)} memory")
     if res:
         lines.append(", ".join(res))
+    if brief:
+        return "\n".join([*lines, f.admission] if admission else lines)
     if f.copy_bytes_per_s and f.problem_bytes:
         lines.append(f"this problem moves {_size(f.problem_bytes)} at least; measured copy bandwidth at that size "
                      f"{f.copy_bytes_per_s / 1e9:.0f} GB/s (best at any size {(f.peak_copy_bytes_per_s or 0) / 1e9:.0f} GB/s)")

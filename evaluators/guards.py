@@ -67,13 +67,55 @@ _PYTHON_KEYS = tuple(getattr(torch._C.DispatchKey, k) for k in ("Python", "Pytho
 
 
 class _Launch:
-    __slots__ = ("count", "grids", "seconds", "compiled")
+    __slots__ = ("count", "grids", "seconds", "compiled", "arg_bytes")
 
     def __init__(self) -> None:
         self.count = 0
         self.grids: list[list[int]] = []
         self.seconds = 0.0
         self.compiled: dict[str, Any] = {}
+        self.arg_bytes = 0
+        """distinct tensor-argument bytes, summed over the launches since the last `take()` (`argument_bytes`)"""
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def argument_bytes(values: Iterable[Any]) -> int:
+    """Bytes of the distinct memory the tensor arguments of one launch span: each tensor's extent (from its
+    data pointer, sizes and strides), overlapping extents (the same storage passed twice, views of one
+    buffer) counted once. A kernel that reads each input and writes each output once moves about this
+    much, so it is the launch's own floor on traffic, shown to the roles as an estimate where no counters
+    exist. Metadata only (no device sync, no op dispatched), so it costs about a microsecond per tensor;
+    only plain tensors (and parameters) one level into tuples are read, so no candidate code runs here."""
+    spans: list[tuple[int, int]] = []
+    for value in values:
+        for v in value if type(value) in (tuple, list) else (value,):
+            if type(v) not in _PLAIN_TENSORS:
+                continue
+            try:  # a layout without one extent (sparse, no storage) is left out: this is evidence, not a check
+                if v.is_contiguous():
+                    extent = v.nbytes
+                else:
+                    extent = 1
+                    for size, stride in zip(v.shape, v.stride()):
+                        if size == 0:
+                            extent = 0
+                            break
+                        extent += (size - 1) * abs(stride)
+                    extent *= v.element_size()
+                start = v.data_ptr() if extent else 0
+            except Exception:  # noqa: BLE001 - never fail a launch over its bookkeeping
+                continue
+            if extent:
+                spans.append((start, start + extent))
+    spans.sort()
+    total, end = 0, 0
+    for a, b in spans:
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 def compiled_info(kernel: Any) -> dict[str, Any]:
@@ -98,6 +140,9 @@ class Guard:
         self.device = device
         self.in_launch = 0
         self.forward_active = False
+        self.measure_bytes = True
+        """whether launches record their arguments' bytes (`argument_bytes`): off while timed repetitions run, so
+        that the bookkeeping adds no host time between a candidate's launches there"""
         self.poison = False
         self.prepoison: Any = None
         """the free device memory poisoned before the current call (`poison.Prepoison`), set by the worker"""
@@ -268,7 +313,8 @@ class Guard:
         rec = {
             "ops": dict(self.ops),
             "violations": list(self.violations),
-            "launches": {k: {"count": v.count, "grids": v.grids[:4], "seconds": v.seconds, "compiled": v.compiled}
+            "launches": {k: {"count": v.count, "grids": v.grids[:4], "seconds": v.seconds, "compiled": v.compiled,
+                             "arg_bytes": v.arg_bytes}
                          for k, v in self.launches.items()},
         }
         self.ops.clear()
@@ -276,10 +322,15 @@ class Guard:
         self.launches.clear()
         return rec
 
-    def record_launch(self, name: str, grid: Any, seconds: float, kernel: Any = None) -> None:
+    def record_launch(self, name: str, grid: Any, seconds: float, kernel: Any = None,
+                      args: Iterable[Any] = ()) -> None:
+        """Count one launch of kernel `name`: its grid, wall `seconds`, compiled resources and the bytes its
+        tensor arguments (`args`, positional and keyword values) span (`argument_bytes`)."""
         entry = self.launches.setdefault(name, _Launch())
         entry.count += 1
         entry.seconds += seconds
+        if self.measure_bytes:
+            entry.arg_bytes += argument_bytes(args)
         if not entry.compiled and kernel is not None:
             entry.compiled = compiled_info(kernel)
         if isinstance(grid, tuple) and len(entry.grids) < 4:
@@ -431,7 +482,8 @@ def _patch_triton(guard: Guard) -> None:
             finally:
                 guard.in_launch -= 1
                 if guard.forward_active:
-                    guard.record_launch(name, kwargs.get("grid"), time.perf_counter() - t0, kernel)
+                    guard.record_launch(name, kwargs.get("grid"), time.perf_counter() - t0, kernel,
+                                        (*args, *kwargs.values()))
 
         cls.run = run
 

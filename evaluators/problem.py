@@ -58,6 +58,8 @@ class Problem:
     allow_streams: bool = False
     has_test_inputs: bool = False
     digest: str = field(default="")
+    sizes: dict[str, int] = field(default_factory=dict)
+    """size constants set after the module ran (a shape variant, `evaluators.variants`); empty: its own"""
 
     @property
     def name(self) -> str:
@@ -110,8 +112,13 @@ def load_problem(path: str | Path, precision: str | None = None) -> Problem:
     return problem_from_source(source, shown, precision)
 
 
-def problem_from_source(source: str, path: str, precision: str | None = None) -> Problem:
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+def problem_from_source(source: str, path: str, precision: str | None = None,
+                        sizes: dict[str, int] | None = None) -> Problem:
+    """Execute and validate a problem's source. `sizes`: module-level int constants (the size constants
+    `get_inputs()` reads, `evaluators.variants`) set to these values after the module ran, as if the file said
+    so: the problem at a shape variant. Its digest then differs from the problem's own."""
+    sizes = dict(sizes or {})
+    digest = hashlib.sha256((source + (f"\0{sorted(sizes.items())}" if sizes else "")).encode()).hexdigest()[:16]
     try:
         code = compile(source, path, "exec")
     except SyntaxError as e:
@@ -122,6 +129,12 @@ def problem_from_source(source: str, path: str, precision: str | None = None) ->
         exec(code, module.__dict__)  # noqa: S102 - the problem is the user's own trusted code
     except Exception as e:
         raise ProblemError(f"{path} could not be imported: {type(e).__name__}: {one_line(e)}") from e
+    for k, v in sizes.items():
+        if type(module.__dict__.get(k)) is not int:
+            raise ProblemError(f"{path}: has no module-level integer {k!r} to set to {v!r}")
+        if type(v) is not int or v < 1:
+            raise ProblemError(f"{path}: {k} must be set to a positive integer, not {v!r}")
+        setattr(module, k, v)
 
     model = getattr(module, "Model", None)
     if not (isinstance(model, type) and issubclass(model, nn.Module)):
@@ -150,4 +163,5 @@ def problem_from_source(source: str, path: str, precision: str | None = None) ->
         allow_streams=bool(getattr(module, "ALLOW_STREAMS", False)),
         has_test_inputs=callable(getattr(module, "get_test_inputs", None)),
         digest=digest,
+        sizes=sizes,
     )

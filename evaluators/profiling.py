@@ -45,6 +45,13 @@ NCU_METRICS = [
     "launch__registers_per_thread",
     "launch__occupancy_limit_registers",
     "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_warps",
+    "launch__occupancy_limit_blocks",
+    "launch__waves_per_multiprocessor",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "lts__t_sectors_op_read.sum",
+    "lts__t_sectors_op_write.sum",
 ]
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
@@ -66,12 +73,25 @@ _SHORT = {
     "launch__registers_per_thread": "registers_per_thread",
     "launch__occupancy_limit_registers": "occupancy_limit_registers",
     "launch__occupancy_limit_shared_mem": "occupancy_limit_shared_mem",
+    "launch__occupancy_limit_warps": "occupancy_limit_warps",
+    "launch__occupancy_limit_blocks": "occupancy_limit_blocks",
+    "launch__waves_per_multiprocessor": "waves_per_sm",
+    "dram__bytes_read.sum": "dram_read_bytes",
+    "dram__bytes_write.sum": "dram_write_bytes",
+    "lts__t_sectors_op_read.sum": "l2_read_bytes",
+    "lts__t_sectors_op_write.sum": "l2_write_bytes",
 }
+"""Nsight Compute metric -> the short name a profile keeps (agents' `diagnose` reads these; keep them stable)."""
 _UNIT_SCALE = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6,
                "s": 1e6}
-_RATE_SCALE = {"byte/second": 1.0, "Kbyte/second": 1e3, "Mbyte/second": 1e6, "Gbyte/second": 1e9,
-               "Tbyte/second": 1e12, "byte/s": 1.0, "Kbyte/s": 1e3, "Mbyte/s": 1e6, "Gbyte/s": 1e9, "Tbyte/s": 1e12,
-               "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "TB/s": 1e12}
+_PREFIX = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2.0 ** 10, "Mi": 2.0 ** 20,
+           "Gi": 2.0 ** 30, "Ti": 2.0 ** 40}
+_AMOUNT_UNIT = re.compile(r"(?P<prefix>[KkMGT]i?)?(?P<base>byte|B|sector)s?(?P<rate>/(?:second|s))?")
+SECTOR_BYTES = 32
+"""bytes in one L2 sector (the unit of `lts__t_sectors_*`)"""
+OCCUPANCY_LIMITS = (("registers", "occupancy_limit_registers"), ("shared memory", "occupancy_limit_shared_mem"),
+                    ("warps", "occupancy_limit_warps"), ("block limit", "occupancy_limit_blocks"))
+"""what can bound the blocks an SM holds at once, and the short metric that says how many it allows"""
 
 
 class NcuKernel(BaseModel):
@@ -105,6 +125,9 @@ class Profile(BaseModel):
     reason: str = ""
     text: str = ""
     collect_s: float | None = Field(default=None, description="wall seconds spent collecting this profile in the loop")
+    problem_bytes: float | None = Field(
+        default=None, description="the least bytes one forward must move (inputs, parameters, outputs), where no "
+                                  "timing carries them (`Timing.bytes`), e.g. on the CPU")
 
 
 def ncu_unavailable_reason() -> str | None:
@@ -124,10 +147,20 @@ def _number(raw: str) -> float | None:
         return None
 
 
+def _amount(value: float, unit: str, metric: str) -> float:
+    """`value` in `unit` as bytes (or bytes per second for a rate): ncu scales units as it likes (byte, Kbyte,
+    Mbyte, GB/s, ...); L2 sectors become bytes. A missing unit means ncu's base unit."""
+    m = _AMOUNT_UNIT.fullmatch(unit.strip())
+    scale = _PREFIX[m["prefix"] or ""] if m else 1.0
+    sectors = (m["base"] == "sector") if m else "sectors" in metric.split(".")[0]
+    return value * scale * (SECTOR_BYTES if sectors else 1)
+
+
 def parse_ncu_csv(text: str) -> list[NcuKernel]:
     """Parse `ncu --csv --page raw` output: a header row, a units row, then one row per profiled launch.
 
-    Durations become microseconds and rates bytes per second, whatever units ncu chose."""
+    Durations become microseconds, rates bytes per second and amounts (bytes, L2 sectors) bytes, whatever
+    units ncu chose. Columns that are missing are simply absent from the kernel's metrics."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     if len(lines) < 2:
         return []
@@ -154,8 +187,8 @@ def parse_ncu_csv(text: str) -> list[NcuKernel]:
                 short = _SHORT[metric]
                 if short == "duration":
                     short, value = "duration_us", value * _UNIT_SCALE.get(unit, 1e-3)
-                elif metric.endswith("per_second"):
-                    value *= _RATE_SCALE.get(unit, 1.0)
+                elif metric.endswith("per_second") or short.endswith("_bytes"):
+                    value = _amount(value, unit, metric)
                 k.metrics[short] = value
         kernels.append(k)
     return kernels
@@ -177,61 +210,200 @@ def _fmt_rate(bps: float) -> str:
     return f"{bps / 1e12:.2f} TB/s" if bps >= 1e11 else f"{bps / 1e9:.1f} GB/s"
 
 
+def _fmt_bytes(n: float) -> str:
+    for scale, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def occupancy_limiter(metrics: dict[str, float]) -> tuple[list[str], float] | None:
+    """What binds a kernel's theoretical occupancy: the limits (`OCCUPANCY_LIMITS`) that allow the fewest blocks
+    per SM, and that number; None when ncu reported none of them."""
+    limits = {what: metrics[key] for what, key in OCCUPANCY_LIMITS if key in metrics}
+    if not limits:
+        return None
+    least = min(limits.values())
+    return [what for what, n in limits.items() if n == least], least
+
+
+def design_bytes(kernels: list[dict[str, Any]]) -> tuple[float, int, int] | None:
+    """The bytes the kernels' design needs at best per forward: the sum over its kernels of the bytes their
+    launches' tensor arguments span (`KernelLaunch.arg_bytes_per_forward`, each argument read or written once),
+    with the number of kernels and launches it covers; None when no launch recorded them."""
+    known = [k for k in kernels if isinstance(k.get("arg_bytes_per_forward"), (int, float))]
+    if not known:
+        return None
+    return (float(sum(k["arg_bytes_per_forward"] for k in known)), len(known),
+            int(sum(k.get("launches_per_forward") or 0 for k in known)))
+
+
+def _bytes_lines(profile: Profile) -> list[str]:
+    """The problem's bytes against the design's, with the times they imply at the roofline's bandwidth, and
+    how much of the gap to the floor is the structure and how much is inefficiency within it."""
+    t = profile.timing
+    problem = (t.bytes if t is not None and t.bytes else None) or profile.problem_bytes
+    design = design_bytes(profile.kernels)
+    if problem is None and design is None:
+        return []
+    bw = t.bandwidth if t is not None else None
+    parts = []
+    if problem:
+        parts.append(f"the problem needs {_fmt_bytes(problem)}"
+                     + (f" ({problem / bw * 1e3:.3g} ms at {_fmt_rate(bw)})" if bw else ""))
+    design_ms = None
+    if design is not None:
+        nbytes, n_kernels, n_launches = design
+        if bw:
+            design_ms = max(nbytes / bw * 1e3, (t.compute_floor_ms if t is not None else None) or 0.0)
+        parts.append(f"this design ({n_kernels} kernel{'s' if n_kernels != 1 else ''}, {n_launches} launch"
+                     f"{'es' if n_launches != 1 else ''}) needs at best {_fmt_bytes(nbytes)}"
+                     + (f" ({design_ms:.3g} ms)" if design_ms else "")
+                     + ", estimated from the launch's tensor arguments (each read or written once)")
+    out = ["bytes per forward: " + "; ".join(parts)]
+    if design is not None and problem:
+        if t is not None and t.floor_ms and design_ms:
+            out.append(f"structure: design floor / problem floor = {design_ms / t.floor_ms:.2f}×; within the design: "
+                       f"measured / design floor = {t.median_ms / design_ms:.2f}×"
+                       + (" (the estimate misses traffic outside the kernels' arguments)" if design[0] < problem
+                          else ""))
+        else:
+            out.append(f"structure: design bytes / problem bytes = {design[0] / problem:.2f}×")
+    return out
+
+
+def _ncu_line(k: NcuKernel, arg_bytes: dict[str, float]) -> str:
+    """One profiled launch on one line; `arg_bytes` (Triton kernel name -> bytes its tensor arguments span per
+    launch) puts the DRAM traffic against what the launch needs at best."""
+    m = k.metrics
+    bits = []
+    for key, label, fmt in (("duration_us", "duration", "{:.1f} µs"), ("memory_sol_pct", "memory SOL", "{:.0f}%"),
+                            ("compute_sol_pct", "compute SOL", "{:.0f}%")):
+        if key in m:
+            bits.append(f"{label} {fmt.format(m[key])}")
+    dram = []
+    if "dram_bytes_per_s" in m:
+        dram.append(_fmt_rate(m["dram_bytes_per_s"]) + (f" ({m['dram_pct']:.0f}% of peak)" if "dram_pct" in m else ""))
+    elif "dram_pct" in m:
+        dram.append(f"{m['dram_pct']:.0f}% of peak")
+    if "dram_read_bytes" in m or "dram_write_bytes" in m:
+        r, w = m.get("dram_read_bytes"), m.get("dram_write_bytes")
+        moved = " + ".join(f"{what} {_fmt_bytes(v)}" for what, v in (("read", r), ("write", w)) if v is not None)
+        if r is not None and w is not None:
+            named = max((name for name in arg_bytes if k.name.startswith(name)), key=len, default=None)
+            own = arg_bytes[named] if named is not None else None
+            moved += f" = {_fmt_bytes(r + w)}" + (f" ({(r + w) / own:.2f}× its arguments' bytes)" if own else "")
+        dram.append(moved)
+    if dram:
+        bits.append("DRAM " + ": ".join(dram))
+    l2 = [f"{what} {_fmt_bytes(m[key])}" for what, key in (("read", "l2_read_bytes"), ("write", "l2_write_bytes"))
+          if key in m]
+    if "l2_hit_pct" in m:
+        l2.append(f"hit {m['l2_hit_pct']:.0f}%")
+    if l2:
+        bits.append("L2 " + ", ".join(l2))
+    occ = []
+    if "achieved_occupancy_pct" in m:
+        occ.append(f"achieved {m['achieved_occupancy_pct']:.0f}%"
+                   + (f" of theoretical {m['theoretical_occupancy_pct']:.0f}%" if "theoretical_occupancy_pct" in m
+                      else ""))
+    elif "theoretical_occupancy_pct" in m:
+        occ.append(f"theoretical {m['theoretical_occupancy_pct']:.0f}%")
+    limiter = occupancy_limiter(m)
+    if limiter:
+        which, least = limiter
+        others = ", ".join(f"{what} {m[key]:.0f}" for what, key in OCCUPANCY_LIMITS if key in m and what not in which)
+        occ.append(f"bound by {' and '.join(which)}: {least:.0f} blocks/SM" + (f" ({others})" if others else ""))
+    if "registers_per_thread" in m:
+        occ.append(f"{m['registers_per_thread']:.0f} registers/thread")
+    if occ:
+        bits.append("occupancy " + ", ".join(occ))
+    if "waves_per_sm" in m:
+        bits.append(f"{m['waves_per_sm']:.2g} waves")
+    stalls = sorted(k.stalls.items(), key=lambda kv: -kv[1])[:3]
+    if stalls:
+        bits.append("top stalls " + ", ".join(f"{n} {v:.1f}" for n, v in stalls))
+    return f"- {k.name[:40]}: " + "; ".join(bits)
+
+
+KEEP, HIGH, MID, LOW = 3, 2, 1, 0
+"""render's priorities: lines of KEEP are only ever truncated; the others are left out, lowest first, to fit."""
+
+
 def render(profile: Profile, limit: int = 2500) -> str:
     """A compact text rendering for prompts, bounded to `limit` characters: each figure says what it is, and
-    each missing source says why it is missing."""
-    out: list[str] = []
+    each missing source says why it is missing. To fit, the less useful lines (further kernels, the
+    breakdown, the launch list) are left out before the timing, the bytes and Nsight Compute's figures."""
+    out: list[tuple[int, str]] = []
     t = profile.timing
     if t:
         line = (f"device time per forward (median of {t.reps} timed repetitions, caches flushed): {t.median_ms:.4g} ms "
                 f"(p25 {t.p25_ms:.4g}, p75 {t.p75_ms:.4g}); PyTorch eager {t.eager_ms:.4g} ms")
         if t.compile_ms:
             line += f"; torch.compile ({t.compile_mode}) {t.compile_ms:.4g} ms"
-        out.append(line + f"; noise band ±{t.noise_band:.1%} (smaller differences are not real)")
+        out.append((KEEP, line + f"; noise band ±{t.noise_band:.1%} (smaller differences are not real)"))
         if t.floor_ms and t.fraction_of_floor is not None:
-            out.append(f"roofline floor (least time the problem's bytes and flops can take here) {t.floor_ms:.4g} ms, "
-                       f"{t.bound}-bound; this kernel achieves {t.fraction_of_floor:.0%} of it")
+            out.append((KEEP, f"roofline floor (least time the problem's bytes and flops can take here) "
+                              f"{t.floor_ms:.4g} ms, {t.bound}-bound; this kernel achieves {t.fraction_of_floor:.0%} "
+                              "of it"))
         elif t.floor_unavailable:
-            out.append(f"roofline floor unavailable: {t.floor_unavailable}")
+            out.append((HIGH, f"roofline floor unavailable: {t.floor_unavailable}"))
     elif profile.verdict:
-        out.append(f"no timing ({profile.breakdown_unavailable or 'not timed'})")
+        out.append((HIGH, f"no timing ({profile.breakdown_unavailable or 'not timed'})"))
+    out += [(KEEP, line) for line in _bytes_lines(profile)]
     if profile.kernels:
-        out.append("Triton kernels launched during verification (launches counted over every checked forward; "
-                   "grid = programs per launch; resources from the compiled kernel):")
-    for k in profile.kernels[:6]:
+        out.append((MID, "Triton kernels launched during verification (launches counted over every checked "
+                         "forward; grid = programs per launch; resources from the compiled kernel; args = bytes "
+                         "its tensor arguments span per launch, estimated):"))
+    for i, k in enumerate(profile.kernels[:6]):
         c = k.get("compiled") or {}
         res = ", ".join(f"{key} {c[key]}" for key in ("registers", "spills", "shared_bytes", "num_warps", "num_stages")
                         if key in c)
         grids = k.get("grids") or []
-        out.append(f"- {k['name']}: {k.get('launches', 0)} launches, grid {grids[0] if grids else '?'}"
-                   + (f" (+{len(grids) - 1} other grids)" if len(grids) > 1 else "")
-                   + (f"; {res}" if res else "; compiled resources unavailable (nothing is compiled in Triton's "
-                      "interpreter)" if not c else ""))
+        per_fwd, n = k.get("arg_bytes_per_forward"), k.get("launches_per_forward")
+        args = f"; args {_fmt_bytes(per_fwd / n)}" if isinstance(per_fwd, (int, float)) and n else ""
+        out.append((MID if i < 2 else LOW,
+                    f"- {k['name'][:60]}: {k.get('launches', 0)} launches, grid {grids[0] if grids else '?'}"
+                    + (f" (+{len(grids) - 1} other grids)" if len(grids) > 1 else "") + args
+                    + (f"; {res}" if res else "; compiled resources unavailable (nothing is compiled in Triton's "
+                       "interpreter)" if not c else "")))
     if profile.breakdown:
         parts = [f"{r.name[:40]} {r.total_us / max(r.calls, 1):.1f} µs×{r.calls} ({r.share:.0%})" for r in profile.breakdown[:5]]
-        out.append("device time by kernel (torch.profiler, one input set): " + "; ".join(parts))
+        out.append((MID, "device time by kernel (torch.profiler, one input set): " + "; ".join(parts)))
     elif profile.breakdown_unavailable:
-        out.append(f"device-time breakdown unavailable: {profile.breakdown_unavailable}")
+        out.append((MID, f"device-time breakdown unavailable: {profile.breakdown_unavailable}"))
     if profile.ncu.available:
-        out.append("Nsight Compute (SOL = % of the unit's peak throughput; stalls in cycles per issued instruction):")
-        for k in profile.ncu.kernels[:3]:
-            m = k.metrics
-            bits = []
-            for key, label, fmt in (("duration_us", "duration", "{:.1f} µs"), ("memory_sol_pct", "memory SOL", "{:.0f}%"),
-                                    ("compute_sol_pct", "compute SOL", "{:.0f}%"), ("dram_pct", "DRAM", "{:.0f}%"),
-                                    ("achieved_occupancy_pct", "occupancy", "{:.0f}%"), ("l2_hit_pct", "L2 hit", "{:.0f}%")):
-                if key in m:
-                    bits.append(f"{label} {fmt.format(m[key])}")
-            if "dram_bytes_per_s" in m:
-                bits.append(f"DRAM {_fmt_rate(m['dram_bytes_per_s'])}")
-            stalls = sorted(k.stalls.items(), key=lambda kv: -kv[1])[:3]
-            if stalls:
-                bits.append("top stalls " + ", ".join(f"{n} {v:.1f}" for n, v in stalls))
-            out.append(f"- {k.name[:40]}: " + "; ".join(bits))
+        out.append((HIGH, "Nsight Compute (SOL = % of the unit's peak throughput; bytes per profiled launch; "
+                          "stalls in cycles per issued instruction):"))
+        per_launch = {str(k["name"]): k["arg_bytes_per_forward"] / k["launches_per_forward"] for k in profile.kernels
+                      if k.get("arg_bytes_per_forward") and k.get("launches_per_forward")}
+        out += [(HIGH if i == 0 else MID, _ncu_line(k, per_launch)) for i, k in enumerate(profile.ncu.kernels[:3])]
     else:
-        out.append(f"Nsight Compute unavailable: {profile.ncu.why}")
-    text = "\n".join(out)
-    return text if len(text) <= limit else text[: limit - 20] + "\n… [truncated]"
+        out.append((MID, f"Nsight Compute unavailable: {profile.ncu.why}"))
+    return _fit([(prio, line) for prio, line in out], limit)
+
+
+def _fit(lines: list[tuple[int, str]], limit: int) -> str:
+    """Join `lines`, leaving out the lowest-priority ones (latest first) until the text fits `limit`; what still
+    does not fit is cut, and either is said."""
+    kept = list(lines)
+    left_out = 0
+
+    def text() -> str:
+        body = "\n".join(line for _, line in kept)
+        return body + (f"\n({left_out} less useful line{'s' if left_out != 1 else ''} left out to fit)"
+                       if left_out else "")
+
+    while len(text()) > limit:
+        droppable = [i for i, (prio, _) in enumerate(kept) if prio < KEEP]
+        if not droppable:
+            break
+        least = min(kept[i][0] for i in droppable)
+        drop = max(i for i in droppable if kept[i][0] == least)
+        del kept[drop]
+        left_out += 1
+    body = text()
+    return body if len(body) <= limit else body[: limit - 20] + "\n… [truncated]"
 
 
 # -- collecting a profile ---------------------------------------------------------------------------------
@@ -246,6 +418,16 @@ def _load(worker: Worker, load_payload: dict[str, Any], load_s: float) -> None:
         raise WorkerFault(Reason.RUNTIME_ERROR, str(header.get("detail", "load failed")))
 
 
+def problem_bytes(result: EvalResult) -> float | None:
+    """The least bytes one forward of the problem moves: the roofline's (`Timing.bytes`) when timed, else the
+    inputs, parameters and outputs of the memory plan the evaluation ran under (the same sum)."""
+    if result.timing is not None and result.timing.bytes:
+        return result.timing.bytes
+    footprint = (result.memory or {}).get("footprint") or {}
+    parts = [footprint.get(key) for key in ("input_bytes", "param_bytes", "output_bytes")]
+    return float(sum(parts)) if all(isinstance(v, (int, float)) for v in parts) and sum(parts) > 0 else None
+
+
 def profile_candidate(result: EvalResult, *, device: torch.device, pool: WorkerPool, worker_limits: Limits,
                       phase_limits: dict[str, float], load_payload: dict[str, Any],
                       draw_inputs: Callable[[], list[Any]], ncu: bool = False) -> Profile:
@@ -257,7 +439,7 @@ def profile_candidate(result: EvalResult, *, device: torch.device, pool: WorkerP
     and, when `ncu` is asked for, once more under Nsight Compute (`ncu_report`). `phase_limits` are the
     evaluator's scaled limits (`load_s`, `first_call_s`), `worker_limits` those the ncu worker starts with."""
     prof = Profile(verdict=result.verdict, reason=str(result.reason), timing=result.timing,
-                   kernels=[k.model_dump() for k in result.kernels])
+                   kernels=[k.model_dump() for k in result.kernels], problem_bytes=problem_bytes(result))
     if not result.passed:
         prof.breakdown_unavailable = prof.ncu.why = f"the candidate was rejected ({result.reason})"
         prof.text = f"rejected: {result.reason}: {result.detail}"

@@ -79,6 +79,12 @@ class KernelLaunch(BaseModel):
     grids: list[list[int]] = Field(default_factory=list, description="distinct grids seen (at most 4)")
     compiled: dict[str, int] = Field(default_factory=dict,
                                      description="registers, spills, shared_bytes, num_warps, num_stages (GPU only)")
+    launches_per_forward: int | None = Field(
+        default=None, description="launches in one forward on the problem's own inputs (the base family)")
+    arg_bytes_per_forward: int | None = Field(
+        default=None, description="bytes the tensor arguments of those launches span, summed over the launches "
+                                  "(each launch's distinct tensors counted once): an estimate of the traffic a "
+                                  "design of these kernels needs at best, each argument read or written once")
 
 
 class TrialRecord(BaseModel):
@@ -148,6 +154,10 @@ class Timing(BaseModel):
     """floating-point operations of one forward, counted on the reference"""
     bytes: float | None = None
     """the least bytes one forward must move (inputs, parameters, outputs)"""
+    bandwidth: float | None = None
+    """bytes/s the roofline's memory side uses: the copy bandwidth measured at `bytes`"""
+    compute_floor_ms: float | None = None
+    """the roofline's compute side alone (the floor is the larger of it and bytes / bandwidth)"""
     floor_unavailable: str | None = None
     """why there is no roofline floor"""
     best_baseline_ms: float

@@ -414,6 +414,31 @@ class _Checker(ast.NodeVisitor):
         self._check_target(node.target)
         self.generic_visit(node)
 
+    def visit_While(self, node: ast.While) -> None:
+        """A loop that spins until a value other programs write arrives: the candidate contract forbids it
+        (programs of one launch are not guaranteed to be resident together, so such a kernel hangs where they
+        are not: a larger grid, another kernel on the GPU). The loop's condition, or a name the condition reads
+        that the loop's body assigns, comes from a volatile load or from an atomic that only reads (an add, or,
+        xor or max of 0; a compare-and-swap writing back what it compares). A lock (`atomic_cas(lock, 0, 1)`,
+        released by the same program) and a work counter (`atomic_add(counter, 1)`) are not waits."""
+        reads = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+        sources: list[ast.AST] = [node.test]
+        for stmt in node.body:
+            for sub in ast.walk(stmt):
+                targets = (sub.targets if isinstance(sub, ast.Assign) else
+                           [sub.target] if isinstance(sub, (ast.AugAssign, ast.AnnAssign)) else [])
+                if any(isinstance(n, ast.Name) and n.id in reads for t in targets for n in ast.walk(t)):
+                    sources.append(sub)
+        for src in sources:
+            for call in ast.walk(src):
+                if isinstance(call, ast.Call) and _waits_on_memory(call):
+                    self.flag(node, "inter_program_wait",
+                              "a loop waits on a value other programs write (a spin on a volatile load or a "
+                              "reading atomic): programs of one launch may not wait on one another")
+                    self.generic_visit(node)
+                    return
+        self.generic_visit(node)
+
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:
             name = self._resolve(_dotted(base)) or ""
@@ -435,3 +460,28 @@ def check_source(source: str, *, allow_streams: bool = False) -> list[StaticViol
     checker = _Checker(allow_streams, bound)
     checker.visit(tree)
     return sorted(dict.fromkeys(checker.violations), key=lambda v: v.line)  # one report per rule, line, message
+
+
+_READING_ATOMICS = {"atomic_add", "atomic_or", "atomic_xor", "atomic_max", "atomic_umax"}
+
+
+def _is_zero(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and not isinstance(node.value, bool) and node.value == 0
+
+
+def _waits_on_memory(call: ast.Call) -> bool:
+    """Whether a call reads memory other programs write, as a spin-wait does: a load with `volatile=True`, an
+    atomic that changes nothing (add/or/xor/max of 0), or a compare-and-swap whose new value is its compare
+    value (a read)."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id if isinstance(call.func, ast.Name) else ""
+    kw = {k.arg: k.value for k in call.keywords if k.arg}
+    if name == "load" and isinstance(kw.get("volatile"), ast.Constant) and kw["volatile"].value is True:
+        return True
+    if name in _READING_ATOMICS:
+        val = call.args[1] if len(call.args) > 1 else kw.get("val")
+        return _is_zero(val)
+    if name == "atomic_cas":
+        cmp = call.args[1] if len(call.args) > 1 else kw.get("cmp")
+        val = call.args[2] if len(call.args) > 2 else kw.get("val")
+        return cmp is not None and val is not None and ast.dump(cmp) == ast.dump(val)
+    return False

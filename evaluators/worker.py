@@ -556,6 +556,7 @@ class Session:
         torch = self.torch
         guard = self.guard
         self.timed = None
+        guard.measure_bytes = False  # until time_end: no bookkeeping between the timed launches
         shared = bool(header.get("shared"))
         sets = []
         if shared:
@@ -656,6 +657,7 @@ class Session:
         """The timing is over: drop the last output and give the memory back for the judge's baselines."""
         self._drop_timed()
         self.timed = None
+        self.guard.measure_bytes = True
         if self.prepoison is not None:
             self.prepoison.clear()
         self._sync()

@@ -33,33 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from kernelwright.api import UsageError, open_run
 from kernelwright.evaluators import EvalResult, Precision, ProblemError, problem_from_source
+from kernelwright.evaluators.variants import SMALL_TARGET, Shape, shapes_for
 from kernelwright.tools.runstore import Run
 
 CPU_MAX_ELEMENTS = 1 << 22
 """input elements above which a shape is too slow for Triton's interpreter: on the CPU it is skipped"""
-SMALL_TARGET = 1 << 16
-"""input elements the small shape variant aims at (the same factor divides every size constant)"""
-MIN_SIZE = 8
-"""a module-level int read by get_inputs() counts as a size when it is at least this (smaller ones are axes,
-kernel sizes, channel counts of 3: changing them changes the problem, not its size)"""
 TRIALS = 2
 """input sets per (shape, family) in the generated test"""
 FAMILIES = ("base", "sign_flip", "scaled", "heavy_tailed")
 RESERVED = {"reference", "conftest", "handoff_support", "torch", "triton", "numpy", "pytest"}
-
-
-@dataclass
-class Shape:
-    """A set of sizes the generated test runs at: the problem's own, or a variant of its size constants."""
-
-    name: str
-    sizes: dict[str, int]
-    elements: int | None
-    """input elements of get_inputs() at these sizes (None: could not be counted)"""
 
 
 @dataclass
@@ -120,93 +104,8 @@ def module_name(problem_path: str) -> str:
 # -- shapes -----------------------------------------------------------------------------------------------
 
 
-def size_constants(module: Any) -> dict[str, int]:
-    """The module-level ints that get_inputs() reads and that look like sizes (KernelBench's batch_size, dim)."""
-    fn = getattr(module, "get_inputs", None)
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return {}
-    found = {}
-    for n in code.co_names:
-        v = module.__dict__.get(n)
-        if type(v) is int and v >= MIN_SIZE:
-            found[n] = v
-    return dict(sorted(found.items()))
-
-
-def _module_at(source: str, path: str, sizes: dict[str, int]) -> Any:
-    """A fresh execution of the problem with its size constants set (as the generated test does it)."""
-    module = problem_from_source(source, path).module
-    for k, v in sizes.items():
-        setattr(module, k, v)
-    return module
-
-
-def count_elements(source: str, path: str, sizes: dict[str, int]) -> int | None:
-    """Input elements of get_inputs() at these sizes, counted on the meta device (nothing is allocated)."""
-    try:
-        module = _module_at(source, path, sizes)
-        with torch.device("meta"):
-            inputs = module.get_inputs()
-        return sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
-    except Exception:  # noqa: BLE001 - a problem that cannot be counted this way (e.g. it calls .cuda())
-        return None
-
-
-def accepts(source: str, path: str, sizes: dict[str, int]) -> str | None:
-    """Whether the reference runs at these sizes on the CPU with finite outputs: None if so, else why not."""
-    try:
-        module = _module_at(source, path, sizes)
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(0)
-            model = module.Model(*module.get_init_inputs())
-            outs = model(*module.get_inputs())
-    except Exception as e:  # noqa: BLE001 - the problem's own code refusing a size is the answer
-        text = str(e).strip().splitlines()
-        return f"the reference raised {type(e).__name__}: {(text[0] if text else '')[:200]}"
-    outs = outs if isinstance(outs, (tuple, list)) else [outs]
-    for o in outs:
-        if not isinstance(o, torch.Tensor):
-            return f"the reference returned a {type(o).__name__}"
-        if o.is_floating_point() and not bool(torch.isfinite(o).all()):
-            return "the reference's output is not finite"
-    return None
-
-
-def shapes_for(source: str, path: str) -> tuple[list[Shape], dict[str, str], dict[str, int]]:
-    """The problem's own shape and, where its size constants allow, a small and an odd variant the reference
-    accepts. Returns (shapes, dropped variants and why, the size constants)."""
-    sizes = size_constants(problem_from_source(source, path).module)
-    own = Shape("problem", {}, count_elements(source, path, {}))
-    if not sizes:
-        return [own], {}, sizes
-    # halve the largest size until the inputs are small (and at least four times smaller): the batch of 16
-    # stays 16 while a row of 393216 becomes 4096
-    small = dict(sizes)
-    for _ in range(256):
-        k = max(small, key=lambda name: small[name])
-        if small[k] <= 1:
-            break
-        small[k] //= 2
-        n = count_elements(source, path, small)
-        if n is None:
-            small = {name: max(1, v // 4) for name, v in sizes.items()}
-            break
-        if n <= SMALL_TARGET and (own.elements is None or 4 * n <= own.elements):
-            break
-    # odd and not a power of two: a kernel that assumes a multiple of its block size shows it here
-    odd = {k: max(1, (v * 3 // 4) | 1) for k, v in small.items()}
-    shapes, dropped, seen = [own], {}, [sizes]
-    for name, s in (("small", small), ("odd", odd)):
-        if s in seen:
-            continue
-        why = accepts(source, path, s)
-        if why:
-            dropped[name] = why
-            continue
-        seen.append(s)
-        shapes.append(Shape(name, s, count_elements(source, path, s)))
-    return shapes, dropped, sizes
+# The shape variants are `evaluators.variants.shapes_for` (one definition, shared with the coder's quick
+# check); the generated tests take its default, the small and odd variants.
 
 
 # -- the lineage ------------------------------------------------------------------------------------------

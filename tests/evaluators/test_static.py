@@ -88,6 +88,13 @@ CASES = [
     ("import torch\nclass Lazy(torch.Tensor):\n    pass", "tensor_subclass"),
     ("import torch\nclass P(torch.nn.Parameter):\n    pass", "tensor_subclass"),
     ("class M:\n    def __torch_function__(cls, *a):\n        pass", "tensor_subclass"),
+    # programs waiting on one another (the candidate contract): spins on a reading atomic or a volatile load
+    ("import triton.language as tl\ndef k(c):\n    while tl.atomic_add(c, 0) < 4:\n        pass", "inter_program_wait"),
+    ("import triton.language as tl\ndef k(c):\n    n = 0\n    while n < 4:\n        n = tl.load(c, volatile=True)",
+     "inter_program_wait"),
+    ("import triton.language as tl\ndef k(c):\n    while tl.atomic_cas(c, 1, 1) != 1:\n        pass", "inter_program_wait"),
+    ("import triton.language as tl\ndef k(c, n):\n    while tl.atomic_max(c, 0) < n:\n        tl.debug_barrier()",
+     "inter_program_wait"),
 ]
 
 
@@ -201,6 +208,11 @@ OK_SNIPPETS = [
     "@triton.jit\ndef k(x, n, B: tl.constexpr):\n    tl.store(x + tl.arange(0, B), tl.zeros([B], tl.float32))\n",
     "from collections import namedtuple\nfrom dataclasses import dataclass\nimport functools, itertools, operator\n",
     "x = [1, 2]\nprint(len(x), x.__len__())\n",
+    # a lock its holder releases and a work counter are not waits on other programs' results
+    "import triton.language as tl\ndef k(lock):\n    while tl.atomic_cas(lock, 0, 1) == 1:\n        pass\n"
+    "    tl.atomic_xchg(lock, 0)\n",
+    "import triton.language as tl\ndef k(c, n):\n    t = tl.atomic_add(c, 1)\n    while t < n:\n        t = tl.atomic_add(c, 1)\n",
+    "import triton.language as tl\ndef k(p, n):\n    i = 0\n    while i < n:\n        x = tl.load(p + i)\n        i += 1\n",
 ]
 
 
