@@ -9,6 +9,7 @@ one process (a notebook, a server, a test) never share evaluators, prices or a s
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -17,7 +18,7 @@ from langchain_core.language_models import BaseChatModel
 
 from kernelwright.tools.evaluation import Evaluations
 from kernelwright.tools.review import ReviewDesk
-from kernelwright.tools.runstore import Run
+from kernelwright.tools.runstore import Run, RunError, RunInfo
 
 from .llm import PROVIDER_RETRY_WINDOW_S, Models
 
@@ -48,7 +49,9 @@ class RunConfig:
     """candidate children to evaluate in all (proposals a person rejected do not count); None: no step limit when
     a time, token or cost budget is given, else `DEFAULT_ITERATIONS` (`step_budget`)"""
     time_budget_s: float | None = None
-    """stop once this many seconds have passed since the run was created (checked after each generation)"""
+    """stop once the run has been driven this long (checked after each generation): the time its drivers spent on
+    it, added up over resumes (run.json's `active_s`), so a run stopped and resumed hours later gets the rest of its
+    budget; time waiting for a review while a driver holds the run counts, time with no driver does not"""
     token_budget: int | None = None
     """stop once the run's model calls have used this many tokens (checked after each generation)"""
     cost_budget_usd: float | None = None
@@ -84,6 +87,20 @@ class RunConfig:
     """evidence for the roles on a GPU: auto profiles the seed and each newly admitted elite (torch.profiler,
     and Nsight Compute when `ncu` exists and can read counters); torch leaves Nsight Compute out; off profiles
     nothing (the roles still see the verifier's timing and the launched kernels' resources)"""
+    knowledge: str | None = None
+    """the knowledge store (what earlier runs learned: `tools.knowledge`), a JSON-lines file; None: the user's
+    default, `$XDG_DATA_HOME/kernelwright/knowledge.jsonl`"""
+    use_knowledge: bool = True
+    """read the knowledge store into the strategist's playbook and record this run's winning steps in it; False:
+    the store is neither read nor written"""
+    compile_mode: str = "default"
+    """the torch.compile mode of the compiled baseline every timed kernel is measured against: default,
+    max-autotune (measured beside the default mode and its no-CUDA-graph twin, the fastest counting),
+    max-autotune-no-cudagraphs, reduce-overhead, or none"""
+    tune_budget: int = 6
+    """evaluations the builtin may spend tuning the knobs (block sizes, warps, stages, grouping) of each verified,
+    timed structural child before the archive judges it (`agents.tuning`), within the time budget's rest; 0: off.
+    Nothing is tuned on the CPU, where nothing is timed"""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -171,13 +188,24 @@ class RunContext:
         self._stop = threading.Event()
         # a model call retrying through a provider's outage gives up when the run is asked to stop (Ctrl-C)
         models.stopping = lambda: self.stop_requested
+        # the run's progress says which role waits on the model, and for how long (live view, log)
+        models.watch = run.model_call
+        try:
+            info = run.info()
+            before = info.active_s if info.active_s is not None else _legacy_active_s(info)
+        except RunError:  # no run.json to read: nothing was spent on it yet
+            before = 0.0
+        self._active_before = before
+        """the seconds earlier drivers spent on the run (`RunInfo.active_s`)"""
+        self._opened = time.monotonic()
 
     @classmethod
     def open(cls, config: RunConfig, run: Run, models: dict[str, BaseChatModel] | None = None) -> RunContext:
         """The resources for `run` under `config`. `models` gives ready chat models by spec (tests and
         applications that build their own clients); the others are built from their specs when first used."""
         return cls(config, run, Evaluations(run, config.precision, config.trials, config.spares_per_device(),
-                                            config.cluster, config.device, hosts=config.uses_hosts()),
+                                            config.cluster, config.device, hosts=config.uses_hosts(),
+                                            compile_mode=config.compile_mode),
                    Models(config.base_url, config.prices, models, retry_window_s=config.provider_retry_window_s))
 
     def request_stop(self) -> None:
@@ -189,8 +217,31 @@ class RunContext:
         """Asked here (`request_stop`) or by another process through the run's review desk."""
         return self._stop.is_set() or ReviewDesk(self.run).stop_requested()
 
+    def active_seconds(self) -> float:
+        """How long the run has been driven: what earlier drivers spent on it plus this one's time so far. The
+        time budget counts this, not the time since the run was created."""
+        return self._active_before + (time.monotonic() - self._opened)
+
     def close(self) -> None:
+        try:
+            self.run.update(active_s=round(self.active_seconds(), 3))  # the next driver counts on from here
+            self.run.end_progress()  # whatever drove it (a handle, the served graph) has let go
+        except (RunError, OSError):  # the run directory went away: nothing to keep the time in
+            pass
         self.evaluations.close()
+
+
+def _legacy_active_s(info: RunInfo) -> float:
+    """A run.json without `active_s` (an earlier version's): its time from creation to its last update, the best
+    guess of how long it was driven; 0 for a run never driven."""
+    if info.status == "created":
+        return 0.0
+    try:
+        spent = time.mktime(time.strptime(info.updated, "%Y-%m-%dT%H:%M:%S")) - \
+            time.mktime(time.strptime(info.created, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, TypeError):
+        return 0.0
+    return max(0.0, spent)
 
 
 class RunSetupError(Exception):

@@ -16,6 +16,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,9 @@ class Models:
         """how long each call's transient failures are retried (`invoke_with_retry`)"""
         self.stopping: Callable[[], bool] | None = None
         """whether the run was asked to stop: a call retrying through an outage then gives up at once"""
+        self.watch: Callable[[str, str | None], AbstractContextManager[Any]] | None = None
+        """(role, step) -> a context held for the length of each model call, retries included: the run marks
+        which role waits on the model, for its live view and its log (`Run.model_call`)"""
         self.prices: dict[str, tuple[float, float]] = {k: (float(v[0]), float(v[1])) for k, v in (prices or {}).items()}
         self._given = dict(given or {})
         self._built: dict[str, BaseChatModel] = {}
@@ -99,9 +103,12 @@ class Models:
         """USD per million (input, output) tokens of `spec` (or of its bare model name), if given."""
         return self.prices.get(spec) or self.prices.get(spec.split(":", 1)[-1])
 
-    def usage(self, spec: str) -> Usage:
-        """A fresh usage account for one role's calls to `spec`, priced from this run's table."""
-        return Usage(model=spec, price=self.price(spec), retry_window_s=self.retry_window_s, stopping=self.stopping)
+    def usage(self, spec: str, role: str = "model", step: str | None = None) -> Usage:
+        """A fresh usage account for one role's calls to `spec`, priced from this run's table; `role` and `step`
+        say who waits while a call is in flight (`watch`)."""
+        watch = self.watch
+        return Usage(model=spec, price=self.price(spec), retry_window_s=self.retry_window_s, stopping=self.stopping,
+                     watch=(lambda: watch(role, step)) if watch is not None else None)
 
 
 def _construct(spec: str, base_url: str | None) -> BaseChatModel:
@@ -140,6 +147,8 @@ class Usage:
     """how long each call's transient failures are retried (the run's `provider_retry_window_s`); not recorded"""
     stopping: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
     """the run's stop request: retries end when it is set; not recorded"""
+    watch: Callable[[], AbstractContextManager[Any]] | None = field(default=None, repr=False, compare=False)
+    """held for the length of each call (`Models.watch`); not recorded"""
 
     @property
     def tokens(self) -> int:
@@ -252,12 +261,14 @@ def invoke_with_retry(model: Any, messages: list[BaseMessage], usage: Usage | No
 
     stop = stop_after_delay(window) | (stop_after_attempt(attempts) if attempts else stop_never) | stop_asked
     tries = 0
+    watching = usage.watch() if usage is not None and usage.watch is not None else nullcontext()
     try:
-        for attempt in Retrying(retry=retry_if_exception(transient), wait=wait, stop=stop, before_sleep=before_sleep,
-                                reraise=True):
-            with attempt:
-                tries += 1
-                msg = model.invoke(messages)
+        with watching:  # the run's live view and log say who waits on the model, and for how long
+            for attempt in Retrying(retry=retry_if_exception(transient), wait=wait, stop=stop,
+                                    before_sleep=before_sleep, reraise=True):
+                with attempt:
+                    tries += 1
+                    msg = model.invoke(messages)
     except Exception as e:  # noqa: BLE001 - every provider has its own error classes
         what = f"HTTP {_status(e)}" if _status(e) else type(e).__name__
         again = (f" after {tries} attempts over {time.monotonic() - started:.0f} s" if transient(e) and tries > 1
@@ -370,26 +381,32 @@ def _log(transcript: list[dict[str, Any]] | None, msg: BaseMessage, limit: int =
 
 def analyse(model: BaseChatModel, *, problem: str, parent: str, evaluation: str, profile: str, usage: Usage,
             facts: str = "(not given)", transcript: list[dict[str, Any]] | None = None,
-            parent_label: str = "the kernel to improve") -> Diagnosis:
+            parent_label: str = "the kernel to improve", history: str = "(none yet)") -> Diagnosis:
+    """The analyst's diagnosis of the parent. `history`: the lineage's last steps, so that a parent analysed again
+    after a child of it failed or lost is read in the light of what was tried (not as if nothing had happened)."""
     prompt = prompts.load("analyst").format(problem=problem, parent=parent, evaluation=evaluation, profile=profile,
-                                            facts=facts, parent_label=parent_label)
+                                            facts=facts, parent_label=parent_label, history=history or "(none yet)")
     return structured(model, Diagnosis, prompt, usage, transcript=transcript)  # type: ignore[return-value]
 
 
-def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: str, diagnosis: Diagnosis,
+def strategise(model: BaseChatModel, *, problem: str, parent: str, standing: str, diagnosis: Diagnosis,
                history: str, failed: list[str], usage: Usage,
                transcript: list[dict[str, Any]] | None = None, sibling_rank: int = 0, facts: str = "(not given)",
-               evidence: str = "(not given)", inspirations: str = "(none)", predictions: str = "(none)",
+               evidence: str = "", inspirations: str = "(none)", predictions: str = "(none)",
                playbook: str | None = None, parent_label: str = "the kernel to improve",
                steering: str = "", coder_can: str = "") -> Proposal:
+    """The strategist's one proposal. It is shown the analyst's diagnosis, not a copy of what the analyst read:
+    `standing` is the parent's measured numbers in one line, and `evidence` (the rendered profile) is given
+    only where the analyst was the builtin policy, whose reading is too thin to stand for it."""
     siblings = ("(none: this is the only branch on this parent)" if sibling_rank == 0 else
                 f"{sibling_rank} other branch(es) work on this same parent right now and take your most promising "
                 f"idea(s); to keep the branches distinct, propose your choice number {sibling_rank + 1} in order of "
                 "promise.")
     prompt = prompts.load("strategist").format(
-        problem=problem, parent=parent, evaluation=evaluation, diagnosis=diagnosis.model_dump_json(indent=1),
+        problem=problem, parent=parent, standing=standing, diagnosis=render_diagnosis(diagnosis),
+        evidence=f"\nWhat the analyst read (the profile of the parent):\n{evidence}\n" if evidence else "",
         history=history or "(none yet)", failed=", ".join(failed) or "(none)", siblings=siblings, facts=facts,
-        evidence=evidence, inspirations=inspirations, predictions=predictions, parent_label=parent_label,
+        inspirations=inspirations, predictions=predictions, parent_label=parent_label,
         playbook=playbook if playbook is not None else clip(prompts.playbook(), PLAYBOOK_CHARS))
     if coder_can:
         prompt += "\n\n## What the coder can apply in this run\n" + coder_can
@@ -404,24 +421,30 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, evaluation: s
 
 # -- the coder --------------------------------------------------------------------------------------------
 
+_SHAPES_AND_FINISH = (
+    " shapes (any of \"small\", \"odd\", \"tail\") also checks it at variants of the problem's size constants, each "
+    "reported apart: small (the sizes halved), odd (sizes no block divides), tail (the longest size at its real "
+    "magnitude with a ragged last block, 1024·k+37 or 512 -> 511). finish() runs the check at the "
+    "problem's shapes itself, so edit, quick_check and finish may come in one reply.")
 QUICK_CHECK_CPU = ("run the verifier on the current kernel (Triton's interpreter on the CPU: every correctness "
-                   "trial and guard; nothing is timed).")
+                   "trial and guard; nothing is timed) at the problem's own shapes." + _SHAPES_AND_FINISH)
 QUICK_CHECK_GPU = ("compile the current kernel and run it on the GPU on one input set plus the problem's test "
-                   "inputs, with every guard, against the reference; no timing (seconds).")
+                   "inputs, with every guard, against the reference, and time it roughly at the problem's size (one "
+                   "measurement, labelled rough, never used to admit anything; seconds in all)." + _SHAPES_AND_FINISH)
 
 
 def code(model: BaseChatModel, parent_source: str, proposal: Proposal, quick_check: QuickCheck, *,
-         problem: str = "", diagnosis: Diagnosis | None = None, usage: Usage | None = None,
+         problem: str = "", usage: Usage | None = None,
          rounds: int = 12, facts: str = "(not given)", inspirations: str = "(none)",
          quick_check_text: str = QUICK_CHECK_CPU, parent_label: str = "the kernel to improve",
          coverage: str = "") -> tuple[str | None, list[dict[str, Any]]]:
     """Apply the proposal with tools; (the child's source, or None when no passing change was made, and the
-    transcript). Bounded by `rounds` model calls; a malformed or failing tool call is answered with the error."""
+    transcript). Bounded by `rounds` model calls; a malformed or failing tool call is answered with the error.
+    The coder is shown the proposal (whose `why` carries the diagnosis), not the diagnosis again."""
     prompt = prompts.load("coder").format(
-        problem=problem, parent=parent_source, proposal=proposal.model_dump_json(indent=1),
-        diagnosis=diagnosis.model_dump_json(indent=1) if diagnosis else "(none)", facts=facts,
+        problem=problem, parent=parent_source, proposal=render_proposal(proposal), facts=facts,
         inspirations=inspirations, quick_check=quick_check_text, parent_label=parent_label,
-        coverage=coverage or coverage_note(problem))
+        coverage=coverage or coverage_note(problem), contract=prompts.contract())
     return _edit(model, parent_source, prompt, quick_check, usage if usage is not None else Usage(), rounds)
 
 
@@ -430,15 +453,17 @@ def coverage_note(problem: str) -> str:
     if re.search(r"^def get_test_inputs\(", problem, re.M):
         return ("The quick check also runs the problem's get_test_inputs() shapes, so general paths (a tail "
                 "block, more than one chunk) are exercised.")
-    return ("This problem gives no get_test_inputs(): the quick check runs only its own shapes, so a path those "
-            "shapes never take (a tail block, a second chunk) is not exercised by it; reason about such paths with care.")
+    return ("This problem gives no get_test_inputs(): the quick check at its own shapes never takes a path those "
+            "shapes do not need (a tail block, a second chunk); when your change adds such a path, exercise it "
+            "with quick_check(shapes=[\"odd\", \"tail\"]) rather than by editing block sizes.")
 
 
 def write(model: BaseChatModel, problem: str, quick_check: QuickCheck, *, usage: Usage | None = None,
           rounds: int = 16, facts: str = "(not given)",
           quick_check_text: str = QUICK_CHECK_CPU) -> tuple[str | None, list[dict[str, Any]]]:
     """Write a first kernel for the problem from its reference (no seed kernel given), with the coder's tools."""
-    prompt = prompts.load("writer").format(problem=problem, facts=facts, quick_check=quick_check_text)
+    prompt = prompts.load("writer").format(problem=problem, facts=facts, quick_check=quick_check_text,
+                                           contract=prompts.contract())
     return _edit(model, "", prompt, quick_check, usage if usage is not None else Usage(), rounds)
 
 
@@ -451,14 +476,19 @@ def _edit(model: BaseChatModel, start: str, prompt: str, quick_check: QuickCheck
     transcript: list[dict[str, Any]] = []
     _log(transcript, messages[0], PROMPT_CHARS)
     for _ in range(rounds):
+        compact(messages)
         ai = _turn(bound, messages, usage, transcript)
         replies: list[BaseMessage] = []
         for bad in ai.invalid_tool_calls or []:
             replies.append(_unparsed(bad, f"error: the tool call could not be parsed ({bad.get('error') or 'invalid JSON'}"
                                           "); call the tool again with valid JSON arguments"))
+        # in the order the model wrote them (so `quick_check` then `finish` in one reply works); once finish()
+        # has succeeded, the reply's later calls are not run: the kernel finished is the kernel returned
         for call in ai.tool_calls or []:
             t = tools.get(call["name"])
-            if t is None:
+            if ws.finished:
+                out = "error: finish() was already called in this reply; this call was not run"
+            elif t is None:
                 out = f"error: unknown tool {call['name']!r}; the tools are {', '.join(tools)}"
             else:
                 try:
@@ -479,6 +509,72 @@ def _edit(model: BaseChatModel, start: str, prompt: str, quick_check: QuickCheck
     if not ws.finished and not check_workspace(ws, quick_check)[0]:
         return None, transcript
     return ws.source, transcript
+
+
+SUPERSEDED = "(superseded by later edits: view_kernel shows the current kernel)"
+
+_EDITS = ("write_kernel", "search_replace")
+
+
+def compact(messages: list[BaseMessage]) -> None:
+    """Say things once in the coder's conversation, which is sent whole with every turn: a kernel source written
+    by `write_kernel` and a `view_kernel` listing are replaced by a short note once a later edit has changed the
+    kernel (the model works on the current kernel, not on its drafts), and so are the failure messages of
+    quick checks run on drafts since replaced. The prompt and the latest edit stay as they were."""
+    last_edit = max((i for i, m in enumerate(messages) if isinstance(m, AIMessage)
+                     and any(c["name"] in _EDITS for c in m.tool_calls or [])), default=None)
+    if last_edit is None:
+        return
+    stale_ids: set[str] = set()
+    for i, m in enumerate(messages[:last_edit]):  # messages are replaced by shortened copies, never changed in place
+        if not isinstance(m, AIMessage):
+            continue
+        calls, changed = [], False
+        for c in m.tool_calls or []:
+            if c["name"] == "write_kernel" and len(str(c["args"].get("source", ""))) > 3 * len(SUPERSEDED):
+                lines = len(str(c["args"]["source"]).splitlines())
+                c, changed = {**c, "args": {**c["args"], "source": f"({lines} lines) {SUPERSEDED}"}}, True
+            elif c["name"] in ("view_kernel", "quick_check"):
+                stale_ids.add(c["id"] or "")
+            calls.append(c)
+        if changed:
+            messages[i] = m.model_copy(update={"tool_calls": calls})
+    for i, m in enumerate(messages[:last_edit]):
+        if isinstance(m, ToolMessage) and m.tool_call_id in stale_ids and len(str(m.content)) > 200:
+            messages[i] = m.model_copy(update={"content": f"{str(m.content)[:160]}… {SUPERSEDED}"})
+
+
+def render_diagnosis(d: Diagnosis) -> str:
+    """The analyst's diagnosis as a few lines of text (not its JSON)."""
+    lines = [f"bottleneck: {d.bottleneck}" + (f"; headroom {d.headroom:.0%} above the floor" if d.headroom is not None
+                                              else "")]
+    lines += [f"- {e}" for e in d.evidence]
+    lines.append(d.summary)
+    return "\n".join(lines)
+
+
+def render_proposal(p: Proposal) -> str:
+    """The change to make, as the coder reads it."""
+    return (f"{p.what}\n(category {p.category}, key {p.key}; why: {p.why}; predicted {p.predicted_speedup:.2f}× "
+            f"the parent's speed, risk {p.risk})")
+
+
+def standing(result: EvalResult | None) -> str:
+    """Where a verified kernel stands, in one line: its time and noise band, against eager and torch.compile,
+    and against the roofline floor (what the strategist needs of the verifier's numbers)."""
+    if result is None:
+        return "not judged"
+    t = result.timing
+    if t is None:
+        return f"{result.verdict} ({result.reason}); not timed ({result.timing_unavailable or 'no timing'})"
+    bits = [f"{t.median_ms:.4g} ms median (noise band ±{t.noise_band:.1%})"]
+    if t.speedup_vs_eager:
+        bits.append(f"{t.speedup_vs_eager:.2f}× eager")
+    if t.speedup_vs_compile:
+        bits.append(f"{t.speedup_vs_compile:.2f}× torch.compile" + (f" ({t.compile_mode})" if t.compile_mode else ""))
+    if t.fraction_of_floor is not None and t.floor_ms:
+        bits.append(f"{t.fraction_of_floor:.0%} of the roofline floor ({t.floor_ms:.4g} ms, {t.bound}-bound)")
+    return f"{result.verdict}; " + ", ".join(bits)
 
 
 def describe_eval(result: EvalResult | None) -> str:

@@ -16,10 +16,26 @@ from kernelwright.evaluators import Timing
 from .archive import Outcome, Step
 from .review import ReviewRecord
 from .schemas import Diagnosis, Proposal
+from .tuning import TuneRecord
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2: `decision` gained "unmeasured" and the predicted and measured speedups; `proposal.category` structural kinds;
-3: `review` (a person's decision on the proposal) and `steering` (what the reviewer's steering put in force)"""
+3: `review` (a person's decision on the proposal) and `steering` (what the reviewer's steering put in force);
+4: `tuning` (the builtin's sweep of a structural child's knobs before the archive judged it) and `confirmation`
+(a child faster than its parent judged a second time with fresh draws)"""
+
+
+class Confirmation(BaseModel):
+    """A second judgement of a child that ran faster than its parent, with input draws and parameters the first
+    never saw, before the archive may call it better: a kernel that fails one draw in tens (a numerically fragile
+    reduction) is caught here rather than by chance in a later step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Literal["pass", "fail", "error"]
+    reason: str
+    detail: str = ""
+    max_rel_error: float | None = None
 
 
 class RoleUsage(BaseModel):
@@ -135,6 +151,13 @@ class StepRecord(BaseModel):
     """the verifier's verdict in short (None: no child was made)"""
     verify_s: float | None = None
     """wall seconds of the verification"""
+    tuning: TuneRecord | None = None
+    """a structural child's knobs swept by the builtin before the archive judged the step: the untuned child
+    (`from`), the variants tried, the one chosen, which is then `child` (None: the change was not structural, or
+    its child did not pass)"""
+    confirmation: Confirmation | None = None
+    """the second judgement of a child faster than its parent, with fresh draws (None: not asked: the child was not
+    timed, failed, or was not faster); a failure there is the step's verdict"""
     evaluator_failure: bool = False
     """the evaluator could not judge the child (verdict error): not held against the change"""
     outcome: Outcome | None = None
@@ -178,7 +201,7 @@ def fields_markdown(roots: list[type[BaseModel]]) -> list[str]:
         for name, f in model.model_fields.items():
             todo += [m for m in _models_in(f.annotation) if m not in seen and m not in todo]
             desc = (f.description or "").replace("\n", " ").replace("|", "\\|")
-            out.append(f"| `{name}` | `{_type_name(f.annotation)}` | {desc} |")
+            out.append(f"| `{f.alias or name}` | `{_type_name(f.annotation)}` | {desc} |")
         out.append("")
     return out
 

@@ -21,7 +21,7 @@ from kernelwright.evaluators.profiling import Profile, render
 from kernelwright.tools.coding import QuickCheck
 from kernelwright.tools.review import ReviewDesk, Steering
 
-from . import briefing, llm
+from . import briefing, llm, playbook
 from . import review as reviews
 from .archive import (Archive, Outcome, admit, describe, inspirations, lineage_history, prediction_record,
                       select_parents, stop_reason, tried_on)
@@ -30,7 +30,8 @@ from .builtin import apply_proposal, diagnose, lineage_gains, propose
 from .context import RunContext
 from .moves import catalog, no_moves_reason
 from .records import StepRecord
-from .schemas import Diagnosis, Proposal
+from .schemas import STRUCTURAL, Diagnosis, Proposal
+from .tuning import NOT_ON_CPU, TuneRecord, tune
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,10 @@ def seed(state: State, ctx: RunContext) -> State:
             run.update(status=FAILED, stop_reason=why, resumable=provider_down is not None)
             return {"stop": why, "archive": {}}
     # the other devices set up (workers, reference, baselines) while the first judges the seed
-    ctx.evaluations.warm(run.kernel(h), cfg.places()[1:])
+    others = cfg.places()[1:]
+    run.set_phase(f"verifying the seed kernel on {cfg.device_for(0)}"
+                  + (f"; warming {', '.join(others)} for the branches" if others else ""))
+    ctx.evaluations.warm(run.kernel(h), others)
     h, result = ctx.evaluations.evaluate(run.kernel(h), cfg.device_for(0))
     if result.verdict == "error":
         run.update(status="failed", stop_reason=f"the evaluator could not judge the seed kernel: {result.reason}: "
@@ -108,6 +112,8 @@ def seed(state: State, ctx: RunContext) -> State:
         return {"stop": f"the seed kernel is rejected ({result.reason})", "archive": {}}
     archive = seed_archive(Archive(), outcome_of(h, result))
     if result.timing is not None:
+        if cfg.profile != "off":
+            run.set_phase(f"profiling the seed kernel on {cfg.device_for(0)}")
         _collect_evidence(ctx, h, cfg.device_for(0))
     run.update(status="running", best_kernel=h, best_speedup=result.timing.speedup_vs_eager if result.timing else None)
     return {"archive": store_archive(ctx, archive, 0), "generation": 0}
@@ -125,10 +131,13 @@ def _collect_evidence(ctx: RunContext, h: str, device: str) -> None:
         log.warning("could not profile kernel %s: %s: %s", h[:12], type(e).__name__, e)
 
 
-def _facts(ctx: RunContext, branch: int) -> str:
-    """The device's facts as a prompt shows them (one clear line when they cannot be read)."""
+def _facts(ctx: RunContext, branch: int, brief: bool = False, admission: bool = True) -> str:
+    """The device's facts as a prompt shows them (one clear line when they cannot be read): whole for the
+    analyst and the first-kernel writer, `brief` (the device and its resources; not the measured peaks the
+    analyst has already read) for the strategist (with the admission rule) and the coder (without)."""
     try:
-        return briefing.clip(render_facts(ctx.evaluations.facts(ctx.config.device_for(branch))), briefing.FACTS_CHARS)
+        facts = ctx.evaluations.facts(ctx.config.device_for(branch))
+        return briefing.clip(render_facts(facts, brief=brief, admission=admission), briefing.FACTS_CHARS)
     except Exception as e:  # noqa: BLE001 - facts are informative; the role still works without them
         return f"(the device's facts could not be read: {type(e).__name__}: {str(e)[:200]})"
 
@@ -150,8 +159,11 @@ def _write_seed(ctx: RunContext) -> tuple[str | None, str | None]:
     attempts: list[dict[str, Any]] = []
     best: tuple[float, str] | None = None
     provider_down = None
-    for k in range(max(1, cfg.branches)):
-        usage = ctx.models.usage(spec)
+    n = max(1, cfg.branches)
+    for k in range(n):
+        attempt_words = f"attempt {k + 1} of {n}"
+        run.set_phase(f"writing the first kernel ({attempt_words}) with {spec}")
+        usage = ctx.models.usage(spec, "coder", f"first kernel, {attempt_words}")
         transcript: list[dict[str, Any]] = []
         error = kind = None
         try:
@@ -164,6 +176,7 @@ def _write_seed(ctx: RunContext) -> tuple[str | None, str | None]:
         attempt: dict[str, Any] = {**usage.record(), "transcript": str(path.relative_to(run.path)), "error": error,
                                    "error_kind": kind}
         if src is not None:
+            run.set_phase(f"verifying the first kernel ({attempt_words}) on {cfg.device_for(k)}")
             h, result = ctx.evaluations.evaluate(src, cfg.device_for(k))
             attempt.update(kernel=h, verdict=result.verdict, reason=str(result.reason))
             if result.verdict == "pass":
@@ -264,18 +277,23 @@ def _llm_record(state: State, ctx: RunContext, role: str, usage: llm.Usage, tran
     return {**(state.get("llm") or {}), role: rec}
 
 
+ANALYST_HISTORY = 4
+"""the lineage's last steps the analyst is shown (the strategist gets the whole history)"""
+
+
 def _llm_analyst(state: State, ctx: RunContext) -> State:
     run = ctx.run
     result = ctx.evaluations.cached(state["parent"])
     evidence = _evidence(ctx, state["parent"])
     spec = ctx.config.model_for("analyst")
-    usage, transcript = ctx.models.usage(spec), []
+    usage, transcript = ctx.models.usage(spec, "analyst", state["step_id"]), []
     error = None
     try:
         d = llm.analyse(ctx.models.chat_model(spec), problem=run.problem_source(), parent=run.kernel(state["parent"]),
                         evaluation=llm.describe_eval(result), profile=render(evidence, briefing.EVIDENCE_CHARS),
                         facts=_facts(ctx, state.get("branch") or 0), usage=usage, transcript=transcript,
-                        parent_label=_label(state))
+                        parent_label=_label(state),
+                        history=briefing.render_history((state.get("history") or [])[-ANALYST_HISTORY:]))
     except (llm.ProviderError, llm.ModelError) as e:
         # the builtin reading keeps the branch going; the failure is in the trace
         d, error = _builtin_diagnosis(result, evidence), _failure(e)
@@ -285,24 +303,26 @@ def _llm_analyst(state: State, ctx: RunContext) -> State:
 def _llm_strategist(state: State, ctx: RunContext) -> State:
     run = ctx.run
     spec = ctx.config.model_for("strategist")
-    usage, transcript = ctx.models.usage(spec), []
+    usage, transcript = ctx.models.usage(spec, "strategist", state["step_id"]), []
     parent = state["parent"]
     parent_src = run.kernel(parent)
-    evaluation = llm.describe_eval(ctx.evaluations.cached(parent))
+    # the strategist reads the analyst's diagnosis, not the analyst's inputs again; the builtin analyst's reading is
+    # too thin to stand for the profile, so then the profile is shown too
+    evidence = "" if ctx.config.uses_model("analyst") else render(_evidence(ctx, parent), briefing.EVIDENCE_CHARS)
     try:
         p = llm.strategise(ctx.models.chat_model(spec), problem=run.problem_source(),
-                           parent=parent_src, evaluation=evaluation,
+                           parent=parent_src, standing=llm.standing(ctx.evaluations.cached(parent)),
                            diagnosis=Diagnosis.model_validate(state["diagnosis"]),
                            history=briefing.render_history(state.get("history") or []),
                            failed=list(state.get("failed") or []), usage=usage, transcript=transcript,
-                           sibling_rank=state.get("sibling_rank") or 0, facts=_facts(ctx, state.get("branch") or 0),
-                           evidence=render(_evidence(ctx, parent), briefing.EVIDENCE_CHARS),
+                           sibling_rank=state.get("sibling_rank") or 0,
+                           facts=_facts(ctx, state.get("branch") or 0, brief=True), evidence=evidence,
                            inspirations=briefing.render_inspirations(state.get("inspirations") or [], parent,
                                                                      parent_src, run.kernel),
                            predictions=briefing.clip(state.get("predictions") or "(none yet)",
                                                      briefing.PREDICTIONS_CHARS),
                            parent_label=_label(state), steering=_reviewer_says(state),
-                           coder_can=_coder_can(ctx, parent_src))
+                           coder_can=_coder_can(ctx, parent_src), playbook=playbook.for_strategist(ctx, state))
         rec = _llm_record(state, ctx, "strategist", usage, transcript)
         ban = reviews.banned(p.model_dump(), _steering(state))
         if ban:
@@ -313,20 +333,44 @@ def _llm_strategist(state: State, ctx: RunContext) -> State:
 
 
 def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
-    """On the CPU the quick check is the real verifier (its verdict is cached, so the verifier reuses it:
-    nothing is timed there anyway). On a GPU it is the evaluation service's quick check in this run's
-    evaluator and workers: compile, one input set plus the problem's test inputs, every guard, no timing."""
+    """On the CPU the quick check is the real verifier; its verdict is cached by the draft's hash (the draft
+    itself is not stored as a run kernel), so the verifier reuses it when that source becomes the child. On a
+    GPU it is the evaluation service's quick check in this run's evaluator and workers: compile, one input set
+    plus the problem's test inputs, every guard, no timing but one rough measurement at the problem's size.
+    `shapes` (`evaluators.variants`: small, odd, tail) also runs it at those shape variants, each judged apart in
+    quick mode, when the problem's own shapes pass; the check passes when every shape it ran passes."""
     device, on_cpu = ctx.config.device_for(branch), ctx.config.on_cpu
+    last: dict[str, tuple[bool, str]] = {}  # the problem shapes' verdict of the last source checked
 
-    def check(source: str) -> tuple[bool, str]:
+    def own(source: str) -> tuple[bool, str]:
+        if source in last:
+            return last[source]
         if on_cpu:
-            _, result = ctx.evaluations.evaluate(source, device)
+            _, result = ctx.evaluations.evaluate(source, device, store=False)
         else:
             result = ctx.evaluations.quick(source, device)
         if result.verdict == "pass":
             ran = "" if "test_inputs" in result.families else " (only the problem's own shapes: it gives no get_test_inputs)"
-            return True, f"{result.detail}{ran} ({'verified' if on_cpu else 'quick check, no timing'})"
-        return False, f"{result.reason}: {result.detail or ''}"[:2000]
+            rough = next((c.detail for c in result.checks if c.name == "rough_time"), "")
+            verdict = True, (f"{result.detail}{ran} ({'verified' if on_cpu else 'quick check'})"
+                             + (f"; {rough}" if rough else ""))
+        else:
+            verdict = False, f"{result.reason}: {result.detail or ''}"[:2000]
+        last.clear()
+        if result.verdict != "error":  # a failure of the judge is asked again next time
+            last[source] = verdict
+        return verdict
+
+    def check(source: str, shapes: tuple[str, ...] = ()) -> tuple[bool, str]:
+        ok, msg = own(source)
+        if not shapes:
+            return ok, msg
+        lines = [f"problem shapes: {'pass' if ok else 'fail'}: {msg}"]
+        if not ok:
+            return False, "\n".join([*lines, f"{', '.join(shapes)}: not run (the problem's own shapes fail)"])
+        variants = ctx.evaluations.quick_variants(source, device, shapes)
+        lines += [v.line() for v in variants]
+        return all(v.passed or v.result is None for v in variants), "\n".join(lines)
 
     return check
 
@@ -343,14 +387,14 @@ def _diff(parent: str, parent_src: str, child_src: str) -> str:
 def _llm_coder(state: State, ctx: RunContext, parent_src: str, proposal: Proposal) -> State:
     run = ctx.run
     spec = ctx.config.model_for("coder")
-    usage = ctx.models.usage(spec)
+    usage = ctx.models.usage(spec, "coder", state["step_id"])
     transcript: list[dict[str, Any]] = []
     error: tuple[str, str] | None = None
     try:
         branch = state.get("branch") or 0
         child_src, transcript = llm.code(
             ctx.models.chat_model(spec), parent_src, proposal, quick_check(ctx, branch), problem=run.problem_source(),
-            diagnosis=Diagnosis.model_validate(state["diagnosis"]), usage=usage, facts=_facts(ctx, branch),
+            usage=usage, facts=_facts(ctx, branch, brief=True, admission=False),
             inspirations=briefing.render_inspirations(state.get("inspirations") or [], state["parent"], parent_src,
                                                       run.kernel, briefing.CODER_INSPIRATIONS_CHARS),
             quick_check_text=_quick_check_text(ctx, branch), parent_label=_label(state))
@@ -458,12 +502,55 @@ def verifier(state: State, ctx: RunContext) -> State:
         return {"results": [{**base, "verdict": None}]}
     t0 = time.monotonic()
     h, result = ctx.evaluations.evaluate(run.kernel(state["child"]), ctx.config.device_for(state.get("branch") or 0))
+    verify_s = time.monotonic() - t0
+    tuning: dict[str, Any] = {}
+    if (state.get("proposal") or {}).get("category") in STRUCTURAL and result.verdict == "pass":
+        h, result, tuning = _tune_child(state, ctx, h, result)
+    confirmation: dict[str, Any] = {}
+    if _faster_than_parent(ctx, state["parent"], result):
+        second = ctx.evaluations.confirm(h, ctx.config.device_for(state.get("branch") or 0))
+        confirmation = {"confirmation": second.model_dump(mode="json", include={"verdict", "reason", "detail",
+                                                                                 "max_rel_error"})}
+        if second.verdict == "fail":  # the step's verdict: fragile, not faster
+            result = second
     summary = result.model_dump(mode="json", include={"verdict", "reason", "detail", "max_rel_error", "timing",
                                                       "timing_unavailable", "kernel_coverage"})
     # verdict "error": the evaluator failed, not the candidate; the step says so and the kernel is not cached
-    return {"results": [{**base, "verdict": result.verdict, "result": summary, "verify_s": time.monotonic() - t0,
-                         "evaluator_failure": result.verdict == "error",
+    return {"results": [{**base, "child": h, "verdict": result.verdict, "result": summary, "verify_s": verify_s,
+                         "evaluator_failure": result.verdict == "error", **tuning, **confirmation,
                          "outcome": outcome_of(h, result).model_dump()}]}
+
+
+def _faster_than_parent(ctx: RunContext, parent: str, result: EvalResult) -> bool:
+    """Whether a verified child ran faster than its parent, so that the archive may call it better: such a child is
+    judged a second time with fresh draws first (`Evaluations.confirm`). Untimed children (the CPU) are not."""
+    if result.verdict != "pass" or result.timing is None:
+        return False
+    judged = ctx.evaluations.cached(parent)
+    return judged is None or judged.timing is None or result.timing.median_ms < judged.timing.median_ms
+
+
+def _tune_child(state: State, ctx: RunContext, h: str, result: EvalResult) -> tuple[str, EvalResult, dict[str, Any]]:
+    """Structure, then tuning: a verified structural child's knobs swept by the builtin (`tuning.tune`) through
+    the evaluation service, so that the archive judges the structure at its best block sizes, not at whatever the
+    model wrote. Returns the step's child (the winning variant, or the child as written), its verdict, and the
+    step result's `tuning` entry. On the CPU nothing is timed: the record says so and nothing runs."""
+    cfg, run = ctx.config, ctx.run
+    if cfg.on_cpu:
+        return h, result, {"tuning": TuneRecord(from_=h, note=NOT_ON_CPU).model_dump(mode="json")}
+    device = cfg.device_for(state.get("branch") or 0)
+    judged: dict[str, EvalResult] = {}
+
+    def evaluate(source: str) -> tuple[str, EvalResult]:
+        vh, vr = ctx.evaluations.evaluate(source, device)  # stores the variant's kernel in the run
+        judged[vh] = vr
+        return vh, vr
+
+    left = None if cfg.time_budget_s is None else cfg.time_budget_s - ctx.active_seconds()
+    record = tune(run.kernel(h), result, evaluate, cfg.tune_budget, child_hash=h, time_left_s=left)
+    if record.child is not None and record.child in judged:
+        h, result = record.child, judged[record.child]
+    return h, result, {"tuning": record.model_dump(mode="json")}
 
 
 # -- the archive ------------------------------------------------------------------------------------------
@@ -513,6 +600,7 @@ def archive_step(state: State, ctx: RunContext) -> State:
                               no_child_reason="provider_failed" if down else "reviewer_rejected")
         if step.decision == "elite":
             _collect_evidence(ctx, step.child_id or "", cfg.device_for(r.get("branch") or 0))
+        playbook.remember(ctx, r, step, archive)  # a win beyond its noise band goes to the knowledge store
         used = (r.get("llm") or {}).values()
         record = StepRecord.model_validate({
             **r, "step": step.step, "decision": step.model_dump(),
@@ -525,6 +613,7 @@ def archive_step(state: State, ctx: RunContext) -> State:
     stop = None
     status = FINISHED
     spent = spent_so_far(ctx)
+    active = ctx.active_seconds()
     results = state.get("results") or []
     failures = [u["error"] for r in results for u in (r.get("llm") or {}).values() if u.get("error_kind") == "provider"]
     budget = cfg.step_budget()
@@ -534,7 +623,7 @@ def archive_step(state: State, ctx: RunContext) -> State:
         stop, status = (STOPPED_ON_REQUEST, STOPPED) if ctx.stop_requested else (failures[0], FAILED)
     elif budget is not None and counted_steps(archive) >= budget:
         stop = f"iteration budget reached ({counted_steps(archive)} steps)"
-    elif cfg.time_budget_s is not None and time.time() - run.created_at() >= cfg.time_budget_s:
+    elif cfg.time_budget_s is not None and active >= cfg.time_budget_s:  # the run's driven time, not since created
         stop = f"time budget reached ({cfg.time_budget_s:.0f} s)"
     elif cfg.token_budget is not None and spent["tokens"] >= cfg.token_budget:
         stop = f"token budget reached ({spent['tokens']} of {cfg.token_budget} tokens)"
@@ -554,5 +643,5 @@ def archive_step(state: State, ctx: RunContext) -> State:
                best_kernel=best.id if best else None,
                best_speedup=best.speedup_vs_eager if best else None,
                status=RUNNING if stop is None else status, stop_reason=stop,
-               resumable=stop is not None and status in (STOPPED, FAILED))
+               resumable=stop is not None and status in (STOPPED, FAILED), active_s=round(active, 3))
     return {"archive": store_archive(ctx, archive, state.get("generation", 0)), "stop": stop, "results": None}

@@ -166,5 +166,6 @@ def _short(step: dict[str, Any]) -> dict[str, Any]:
     return {"step_id": step.get("step_id"), "parent": step.get("parent"), "child": step.get("child"),
             "proposal": proposal.get("what"), "key": proposal.get("key"), "verdict": step.get("verdict"),
             "reason": result.get("reason"), "decision": decision.get("decision"),
-            "speedup": decision.get("measured_speedup"), "tokens": step.get("tokens"),
+            "speedup": decision.get("measured_speedup"), "tuned": (step.get("tuning") or {}).get("chose"),
+            "tokens": step.get("tokens"),
             "cost_usd": step.get("cost_usd")}

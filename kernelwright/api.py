@@ -35,7 +35,7 @@ from kernelwright.evaluators import (DeviceError, EvalPolicy, EvalResult, Evalua
                                      resolve_device)
 from kernelwright.evaluators.sandbox import allowed_by_environment, refusal_here
 from kernelwright.tools.review import Decision, PendingReview, ReviewDesk, ReviewError, Steering, SteerEntry, who
-from kernelwright.tools.runstore import Run, RunError, RunInfo, RunStore
+from kernelwright.tools.runstore import Progress, Run, RunError, RunInfo, RunStore
 
 if TYPE_CHECKING:
     from kernelwright.evaluators.cluster import Slot
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 POLL_S = 0.2
 """how often a run waiting for a review looks for decisions"""
 
-__all__ = ["Archive", "BestKernel", "RunConfig", "RunHandle", "RunInfo", "RunView", "StepRecord", "UsageError",
+__all__ = ["Archive", "BestKernel", "Progress", "RunConfig", "RunHandle", "RunInfo", "RunView", "StepRecord", "UsageError",
            "check_confinement", "evaluate", "open_run", "resume_run", "start_run"]
 
 
@@ -173,6 +173,8 @@ class RunHandle:
         self._resumed: set[str] = set()
         self._tracing: RunTracing | None = None
         """the run's LangSmith tracing, once `steps()` finds it on (None: off)"""
+        self._generation: tuple[int, int, int] | None = None
+        """the generation at work: (number, branches, branches done), for the run's phase (`_mark`)"""
 
     @property
     def id(self) -> str:
@@ -203,9 +205,11 @@ class RunHandle:
         desk.clear_stop()
         if self._tracing is None and tracing.enabled():
             self._tracing = tracing.RunTracing(self.run.id, self.run.info().problem, self.config)
+        self.run.set_phase("starting the run" if self._fresh else "resuming from the last checkpoint")
         try:
             yield from self._drive(desk)
         finally:
+            self.run.end_progress()
             desk.release()
             if self._tracing is not None:  # a short run must not end before LangSmith has its traces
                 self._tracing.flush()
@@ -236,8 +240,9 @@ class RunHandle:
         seen = len(self.run.trace())
         while True:
             moved = False
-            for _update in self._stream(state):
+            for update in self._stream(state):
                 moved = True
+                self._mark(update)
                 records = self.run.trace()
                 for r in records[seen:]:
                     yield StepRecord.model_validate(r)
@@ -288,6 +293,23 @@ class RunHandle:
                 after = {}
             trace.end([r for r in self.run.trace() if r.get("generation") == generation], after, error)
 
+    def _mark(self, update: Any) -> None:
+        """The run's phase after a node's update: which generation is at work and how many of its branches are
+        done (`Run.progress`; the roles mark the seed's phases and their model calls themselves)."""
+        if not isinstance(update, dict):
+            return
+        chosen = update.get("select")
+        if isinstance(chosen, dict) and chosen.get("generation") is not None:
+            self._generation = (int(chosen["generation"]), len(chosen.get("parents") or []), 0)
+            gen, n, _ = self._generation
+            self.run.set_phase(f"generation {gen}: {n} branch{'es' if n != 1 else ''} at work")
+        elif "branch" in update and self._generation is not None:
+            gen, n, done = self._generation
+            self._generation = (gen, n, done + 1)
+            self.run.set_phase(f"generation {gen}: {min(done + 1, n)} of {n} branches done")
+        elif "archive" in update and self._generation is not None:
+            self.run.set_phase(f"generation {self._generation[0]} archived")
+
     def _wait_for_reviews(self, desk: ReviewDesk, interrupts: Any) -> Any:
         """Post the paused steps, wait for at least one decision, and return the Command that resumes them
         (None when a stop was requested while waiting: the reviews stay pending, checkpointed)."""
@@ -301,6 +323,7 @@ class RunHandle:
         by_step = {p.step_id: p for p in pending}
         self.run.update(status="awaiting review",
                         stop_reason=f"{len(pending)} proposal(s) wait for a review")
+        self.run.set_phase(f"waiting for a review of {len(pending)} proposal(s)")
         while True:
             ready = {s: d for s, d in desk.decisions().items() if s in by_step}
             if ready:

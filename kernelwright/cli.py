@@ -328,6 +328,12 @@ RetryWindowOpt = Annotated[Optional[str], typer.Option(
     "--provider-retry-window", help="how long a model call retries a provider's transient failures (connection, "
                                     "429, 5xx, timeouts), e.g. 30m (default 15m); past it the run stops as failed, "
                                     "resumable with --resume")]
+KnowledgeOpt = Annotated[Optional[Path], typer.Option(
+    "--knowledge", metavar="PATH", help="the knowledge store this run reads and adds its winning steps to (default: "
+                                        "$XDG_DATA_HOME/kernelwright/knowledge.jsonl; see kernelwright knowledge)")]
+NoKnowledgeOpt = Annotated[bool, typer.Option(
+    "--no-knowledge", help="leave the knowledge store out: earlier runs' results are not shown, and this run's are "
+                           "not kept")]
 
 
 @app.command("optimize")
@@ -356,6 +362,15 @@ def optimize_cmd(
     actors: ActorsOpt = None,
     hosts: HostsFlag = None,
     provider_retry_window: RetryWindowOpt = None,
+    tune_budget: Annotated[Optional[int], typer.Option(
+        "--tune-budget", min=0, metavar="N", help="evaluations the builtin may spend tuning the knobs (block sizes, "
+                                                  "warps, stages) of each timed structural child before the archive "
+                                                  "judges it (default 6; 0: off; nothing is tuned on the CPU)")] = None,
+    knowledge: KnowledgeOpt = None,
+    no_knowledge: NoKnowledgeOpt = False,
+    compile_mode: Annotated[CompileMode, typer.Option(
+        help="torch.compile mode every timed kernel is measured against (max-autotune: measured beside the default "
+             "mode, the fastest counting)")] = CompileMode.default,
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive. Status at the end: finished,
@@ -371,7 +386,9 @@ def optimize_cmd(
             precision=precision.value if precision else None, trials=trials, run_dir=run_dir, resume=resume,
             console=out, token_budget=token_budget, cost_budget=cost_budget, prices=price or [], profile=profile.value,
             review=review.value, cluster=cluster, actors=actors, hosts=hosts.value if hosts else None,
-            provider_retry_window=provider_retry_window,
+            provider_retry_window=provider_retry_window, tune_budget=tune_budget,
+            knowledge=str(knowledge) if knowledge else None, use_knowledge=not no_knowledge,
+            compile_mode=compile_mode.value,
         )
     except opt.UsageError as e:
         raise _usage_error(str(e)) from None
@@ -414,6 +431,8 @@ def chat_cmd(
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
     hosts: HostsFlag = None,
+    knowledge: KnowledgeOpt = None,
+    no_knowledge: NoKnowledgeOpt = False,
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """A chat session over a run: review each proposal (approve, edit, reject, propose your own), steer, ask why.
@@ -439,7 +458,8 @@ def chat_cmd(
                                   precision=precision.value if precision else None, trials=trials,
                                   token_budget=token_budget, cost_budget=cost_budget, prices=price or [],
                                   profile=profile.value, review=review.value, cluster=cluster, actors=actors,
-                                  hosts=hosts.value if hosts else "auto")
+                                  hosts=hosts.value if hosts else "auto",
+                                  knowledge=str(knowledge) if knowledge else None, use_knowledge=not no_knowledge)
         return api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir)  # type: ignore[arg-type]
 
     try:
@@ -507,9 +527,15 @@ def runs_cmd(run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of 
 
     from kernelwright.optimize import runs_lines
 
+    from kernelwright.tools.review import ReviewDesk
+
+    store = RunStore(run_dir)
+    infos = store.list()
+    # a run left "running" by a driver that was killed (SIGKILL, the OOM killer) says so: it can be resumed
+    gone = {i.id for i in infos if i.status == "running" and ReviewDesk(store.open(i.id)).driver_gone()}
     # plain columns, the id never cut (every other command needs it); in a terminal only the problem's path is
     # shortened to fit the width, piped nothing is
-    for line in runs_lines(RunStore(run_dir).list(), out.width if out.is_terminal else None):
+    for line in runs_lines(infos, out.width if out.is_terminal else None, gone):
         sys.stdout.write(line + "\n")
 
 
@@ -604,6 +630,13 @@ def _print_step(r, as_json: bool) -> None:  # type: ignore[no-untyped-def]
         why = f": {r.review.message}" if r.review.message else ""
         out.print(f"  review: {r.review.decision} by {r.review.by} at {r.review.at}{why}", markup=False)
     out.print(f"  verifier: {verdict_words(r)}", markup=False)
+    if r.tuning:
+        out.print(f"  tuning: {r.tuning.words()}" + (f" (untuned child {r.tuning.from_})" if r.tuning.chose else ""),
+                  markup=False)
+    if r.confirmation:
+        c = r.confirmation
+        out.print("  confirmed with fresh draws" if c.verdict == "pass" else
+                  f"  a second judgement with fresh draws: {c.verdict} ({c.reason})", markup=False)
     d = r.decision
     measured = f"measured {d.measured_speedup:.3f}x" if d.measured_speedup is not None else "not timed"
     predicted = f", predicted {d.predicted_speedup}x" if d.predicted_speedup is not None else ""
@@ -740,6 +773,124 @@ def report_cmd(
         where = out_file or Path(run_dir) / run_id / "report.html"
         raise _usage_error(f"cannot write the report to {where}: {e.strerror or e}") from None
     out.print(f"report: {path}", markup=False, highlight=False)
+
+
+knowledge_app = typer.Typer(
+    help="What earlier runs learned on this machine: their winning steps (symptom -> move -> measured effect, GPU, "
+         "problem kind, run and step), shown to later runs' strategists. list, show ID, export [FILE], clear.",
+    no_args_is_help=True)
+app.add_typer(knowledge_app, name="knowledge")
+StoreOpt = Annotated[Optional[Path], typer.Option(
+    "--knowledge", metavar="PATH", help="the knowledge store's file (default: $XDG_DATA_HOME/kernelwright/"
+                                        "knowledge.jsonl, as optimize uses)")]
+
+
+def _store(path: Optional[Path]):  # type: ignore[no-untyped-def]
+    """The knowledge store at `path` (default: the user's); a folder is a usage error. Lines it cannot read are
+    said on stderr, once."""
+    from kernelwright.tools.knowledge import KnowledgeStore
+
+    if path is not None and path.expanduser().is_dir():
+        raise _usage_error(f"--knowledge {path} is a folder: give the knowledge store's file")
+    return KnowledgeStore(path)
+
+
+def _skipped(store) -> None:  # type: ignore[no-untyped-def]
+    if store.skipped:
+        err.print(f"warning: {store.skipped} line(s) of {store.path} could not be read and were skipped",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+@knowledge_app.command("list")
+def knowledge_list_cmd(knowledge: StoreOpt = None,
+                       as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line, one line per entry")] = False) -> None:
+    """List the entries: id, date, problem and kind, GPU, the move and what it gained."""
+    store = _store(knowledge)
+    entries = store.entries()
+    _skipped(store)
+    if as_json:
+        for e in entries:
+            sys.stdout.write(e.model_dump_json() + "\n")
+        return
+    if not entries:
+        sys.stdout.write(f"the knowledge store ({store.path}) is empty: runs add their winning steps to it\n")
+        return
+    for e in entries:
+        sys.stdout.write(f"{e.id}  {e.date}  {e.problem} ({','.join(e.kinds) or '?'})  {e.gpu}  "
+                         f"{e.category} {e.key}  {e.speedup:.3f}x (noise ±{e.noise_band:.1%})\n")
+
+
+@knowledge_app.command("show")
+def knowledge_show_cmd(entry_id: Annotated[str, typer.Argument(help="an entry's id (run/step), or a unique prefix of it")],
+                       knowledge: StoreOpt = None,
+                       as_json: Annotated[bool, typer.Option("--json", help="the entry as one JSON object")] = False) -> None:
+    """Show one entry in full: its provenance, symptom and evidence, the move and its measured effect."""
+    store = _store(knowledge)
+    e = store.find(entry_id)
+    _skipped(store)
+    if e is None:
+        n = len(store.matching(entry_id))
+        raise _fail(f"{entry_id} names {n} entries of the knowledge store ({store.path}): give more of the id" if n
+                    else f"no entry {entry_id} in the knowledge store ({store.path}): see kernelwright knowledge list",
+                    as_json)
+    if as_json:
+        sys.stdout.write(e.model_dump_json() + "\n")
+        return
+    from kernelwright.agents.playbook import render_learned
+
+    lines = [f"{e.id}: {e.problem} ({', '.join(e.kinds) or 'kind unknown'}), recorded {e.date}",
+             render_learned(e).removeprefix("- "),
+             f"symptom: {e.bottleneck}-bound", *[f"  evidence: {x}" for x in e.evidence],
+             f"move: {e.category} {e.key}" + (f": {e.what}" if e.what else ""),
+             f"measured on {e.gpu}" + (" (" + ", ".join(f"{k} {v}" for k, v in e.versions.items()) + ")"
+                                       if e.versions else "") + f", proposed by {e.policy or 'unknown'}"]
+    for line in lines:
+        sys.stdout.write(line + "\n")
+
+
+@knowledge_app.command("export")
+def knowledge_export_cmd(
+    out_file: Annotated[Optional[Path], typer.Argument(help="the file to write, atomically (default: stdout)")] = None,
+    knowledge: StoreOpt = None,
+) -> None:
+    """Write every entry as JSON lines, to FILE or to stdout."""
+    store = _store(knowledge)
+    if out_file is not None and out_file.is_dir():
+        raise _usage_error(f"{out_file} is a folder: give a file name")
+    try:
+        if out_file is None:
+            lines = store.export_lines()
+            for line in lines:
+                sys.stdout.write(line + "\n")
+            n = len(lines)
+        else:
+            n = store.export(out_file)
+    except OSError as e:
+        raise _usage_error(f"cannot write to {out_file or 'stdout'}: {e.strerror or e}") from None
+    _skipped(store)
+    err.print(f"export: {n} entries of {store.path}" + (f" to {out_file}" if out_file else ""), markup=False,
+              highlight=False, soft_wrap=True)
+
+
+@knowledge_app.command("clear")
+def knowledge_clear_cmd(knowledge: StoreOpt = None,
+                        yes: Annotated[bool, typer.Option("--yes", help="clear without asking")] = False) -> None:
+    """Remove every entry (later runs start with the shipped playbook alone)."""
+    store = _store(knowledge)
+    n = len(store.entries())
+    if n == 0 and not store.skipped:
+        sys.stdout.write(f"the knowledge store ({store.path}) is empty already\n")
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise _usage_error(f"clearing removes {n} entries from {store.path}: add --yes (nothing was cleared)")
+        if not typer.confirm(f"remove {n} entries from {store.path}?"):
+            raise _usage_error("nothing was cleared")
+    try:
+        store.clear()
+    except OSError as e:
+        raise _usage_error(f"cannot clear {store.path}: {e.strerror or e}") from None
+    sys.stdout.write(f"cleared {n} entries from {store.path}\n")
 
 
 def _fail(message: str, as_json: bool, reason: str = "usage_error") -> typer.Exit:

@@ -21,6 +21,7 @@ password or query of its base URL), and strings shaped like a provider's API key
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -34,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelwright.agents.records import StepRecord, fields_markdown
 from kernelwright.agents.schemas import Diagnosis, Proposal
+from kernelwright.agents.tuning import TuneRecord
 from kernelwright.api import UsageError, open_run, read_steps
 from kernelwright.evaluators import DeviceFacts, EvalResult
 from kernelwright.evaluators.facts import cpu_facts
@@ -208,7 +210,11 @@ class StepExport(BaseModel):
     reviewed: str | None = None
     """a person's decision on the proposal (approve, edit, reject, respond); None: not reviewed"""
     diff: str | None = None
-    """unified diff parent -> child"""
+    """unified diff parent -> child (after a tuning sweep chose a variant: parent -> the tuned child)"""
+    tuning: TuneRecord | None = None
+    """the builtin's sweep of a structural child's knobs before the archive judged it: the untuned child
+    (`from`), the variants tried, the one chosen, which is then `child` (None: the change was not structural, or
+    its child did not pass)"""
     models: dict[str, str] = Field(default_factory=dict)
     """per role, builtin or the model spec it used"""
     evidence: list[RoleEvidence] = Field(default_factory=list)
@@ -404,9 +410,18 @@ class _RunReader:
             run=self.run.id, problem=Path(self.info.problem).name, problem_source=self.problem_source,
             device=self.device, step=s.step, step_id=s.step_id, generation=s.generation, branch=s.branch,
             parent=parent, child=child, diagnosis=s.diagnosis, proposal=s.proposal,
-            reviewed=s.review.decision if s.review else None, diff=s.coder.diff, models=models,
+            reviewed=s.review.decision if s.review else None, diff=self.diff(s, parent, child), tuning=s.tuning,
+            models=models,
             evidence=[e for role in get_args(Role) if (e := self.role_evidence(s, role, models[role])) is not None],
             outcome=outcome(s, parent, child))
+
+    def diff(self, s: StepRecord, parent: KernelState, child: KernelState | None) -> str | None:
+        """The coder's diff, or, when a tuning sweep chose a variant, the diff parent -> tuned child: the change the
+        step's measured gain belongs to."""
+        if not (s.tuning and s.tuning.chose and child):
+            return s.coder.diff
+        return "".join(difflib.unified_diff(parent.source.splitlines(keepends=True),
+                                            child.source.splitlines(keepends=True), f"{parent.hash}.py", "child.py"))
 
     def kernel(self, h: str) -> KernelState:
         if h not in self.kernels:

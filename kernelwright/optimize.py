@@ -1,8 +1,9 @@
 """`kernelwright optimize`: the command's flags turned into a run, driven through `kernelwright.api`.
 
 CLI layer: parses what the user gave (one sentence per problem, no traceback), starts or resumes the run
-through the API (which checks the config, creates the run directory and checkpoints in it), shows a live
-view, and turns the first Ctrl-C into "finish the generation in flight, checkpoint, stop".
+through the API (which checks the config, creates the run directory and checkpoints in it), shows its progress
+(a live view in a terminal, naming what the run is doing now; otherwise one plain line per event, `progress`),
+and turns the first Ctrl-C into "finish the generation in flight, checkpoint, stop".
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rich.live import Live
 from rich.table import Table
 
 from kernelwright import api
+from kernelwright import progress as prog
 from kernelwright.api import UsageError
 
 __all__ = ["Summary", "UsageError", "end_lines", "parse_duration", "parse_prices", "parse_role_models", "run_optimize"]
@@ -108,11 +110,24 @@ def parse_prices(items: list[str]) -> dict[str, list[float]]:
     return out
 
 
+def _knowledge_file(path: str | None, use: bool) -> str | None:
+    """--knowledge's file, checked: not with --no-knowledge, and not a folder (UsageError, one sentence)."""
+    if path is None:
+        return None
+    if not use:
+        raise UsageError("--knowledge and --no-knowledge contradict each other: give one")
+    if Path(path).expanduser().is_dir():
+        raise UsageError(f"--knowledge {path} is a folder: give the knowledge store's file")
+    return str(Path(path).expanduser())
+
+
 def build_config(*, model: str, base_url: str | None, role_models: list[str], iterations: int | None,
                  time_budget: str | None, branches: int, device: str | None, precision: str | None, trials: int,
                  token_budget: int | None, cost_budget: float | None, prices: list[str] | None, profile: str,
                  review: str, cluster: str | None = None, actors: int | None = None,
-                 hosts: str = "auto", provider_retry_window: str | None = None) -> api.RunConfig:
+                 hosts: str = "auto", provider_retry_window: str | None = None,
+                 tune_budget: int | None = None, knowledge: str | None = None,
+                 use_knowledge: bool = True, compile_mode: str = "default") -> api.RunConfig:
     """optimize's (and chat's) flags as a RunConfig; UsageError, one sentence, for a bad one. `iterations`
     None: no step limit when a time, token or cost budget is given, else the default 8 (`RunConfig.step_budget`)."""
     window = {} if provider_retry_window is None else {
@@ -122,7 +137,9 @@ def build_config(*, model: str, base_url: str | None, role_models: list[str], it
                          time_budget_s=parse_duration(time_budget) if time_budget else None, trials=trials,
                          model=model, base_url=base_url, role_models=parse_role_models(role_models),
                          token_budget=token_budget, cost_budget_usd=cost_budget, prices=parse_prices(prices or []),
-                         profile=profile, review=review, hosts=hosts, **window)
+                         profile=profile, review=review, hosts=hosts, **window,
+                         knowledge=_knowledge_file(knowledge, use_knowledge), use_knowledge=use_knowledge,
+                         compile_mode=compile_mode, **({} if tune_budget is None else {"tune_budget": tune_budget}))
 
 
 def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, base_url: str | None,
@@ -132,22 +149,28 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                  prices: list[str] | None = None, models: dict[str, Any] | None = None,
                  profile: str = "auto", review: str = "none", cluster: str | None = None,
                  actors: int | None = None, hosts: str | None = None,
-                 provider_retry_window: str | None = None) -> Summary:
+                 provider_retry_window: str | None = None, tune_budget: int | None = None,
+                 knowledge: str | None = None, use_knowledge: bool = True, compile_mode: str = "default",
+                 wait_notice_s: float = prog.WAIT_NOTICE_S, wait_repeat_s: float = prog.WAIT_REPEAT_S) -> Summary:
     """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
-    view, and the first Ctrl-C asks it to stop after the generation in flight."""
+    view when `console` is a terminal, else a plain log (one line per event, a model call waiting longer than
+    `wait_notice_s` included), and the first Ctrl-C asks it to stop after the generation in flight."""
     if resume:
         handle = api.resume_run(resume, runs_dir=run_dir, models=models, device=device, cluster=cluster, actors=actors,
                                 hosts=hosts)
     else:
         if problem is None:
             raise UsageError("give a problem file (or --resume RUN_ID)")
+        if not problem.is_file():  # the problem first: without it no seed matters
+            raise UsageError(f"{problem}: no such problem file")
         if seed_kernel is not None and not seed_kernel.is_file():
             raise UsageError(f"{seed_kernel}: no such seed kernel file")
         config = build_config(model=model, base_url=base_url, role_models=role_models, iterations=iterations,
                               time_budget=time_budget, branches=branches, device=device, precision=precision,
                               trials=trials, token_budget=token_budget, cost_budget=cost_budget, prices=prices,
                               profile=profile, review=review, cluster=cluster, actors=actors, hosts=hosts or "auto",
-                              provider_retry_window=provider_retry_window)
+                              provider_retry_window=provider_retry_window, tune_budget=tune_budget,
+                              knowledge=knowledge, use_knowledge=use_knowledge, compile_mode=compile_mode)
         handle = api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir, models=models)
     previous = signal.getsignal(signal.SIGINT)
 
@@ -159,11 +182,23 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
     signal.signal(signal.SIGINT, on_sigint)
     last: list[str | None] = [None]
     try:
-        with Live(get_renderable=lambda: _view(handle.info(), last[0]), console=console, refresh_per_second=4,
-                  transient=False):
-            for step in handle.steps("optimize"):
-                last[0] = _describe(step)
-        console.print()
+        if console.is_terminal:
+            with Live(get_renderable=lambda: _view(handle.info(), last[0], handle.run.progress(), time.time(),
+                                                   handle.context.active_seconds()),
+                      console=console, refresh_per_second=4, transient=False):
+                for step in handle.steps("optimize"):
+                    last[0] = _describe(step)
+            console.print()
+        else:  # a log, a pipe, CI: a live view would print once, at the end; lines come as things happen
+            log = prog.PlainLog(handle.run, lambda line: console.print(line, markup=False, highlight=False,
+                                                                       soft_wrap=True),
+                                wait_notice_s=wait_notice_s, wait_repeat_s=wait_repeat_s)
+            log.begin(handle.config, resumed=bool(resume))
+            try:
+                for step in handle.steps("optimize"):
+                    log.step(step, verdict_words(step))
+            finally:
+                log.close()
     except KeyboardInterrupt:
         handle.run.update(status="interrupted", stop_reason="aborted by a second Ctrl-C in the middle of a generation",
                           resumable=True)
@@ -210,13 +245,15 @@ def _describe(step: api.StepRecord) -> str:
     return f"{step.step_id}: {what} -> {verdict_words(step)}"
 
 
-def runs_lines(infos: list[api.RunInfo], width: int | None = None) -> list[str]:
+def runs_lines(infos: list[api.RunInfo], width: int | None = None, driver_gone: set[str] | None = None) -> list[str]:
     """`kernelwright runs` as plain columns: id, problem, status, steps, best speedup (a dash where there is
     nothing). The id is never cut: it is what every other command needs. `width` (a terminal's) shortens only the
-    problem's path, from its left, so the line fits; None (piped) cuts nothing."""
+    problem's path, from its left, so the line fits; None (piped) cuts nothing. A run in `driver_gone` (status
+    running, its driver's process dead) shows as interrupted, as a run aborted mid-generation does: resumable."""
     header = ["id", "problem", "status", "steps", "best speedup"]
-    rows = [[i.id, i.problem, i.status, str(i.steps), f"{i.best_speedup:.2f}×" if i.best_speedup else "-"]
-            for i in infos]
+    gone = driver_gone or set()
+    rows = [[i.id, i.problem, "interrupted" if i.id in gone else i.status, str(i.steps),
+             f"{i.best_speedup:.2f}×" if i.best_speedup else "-"] for i in infos]
     widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
     if width is not None:
         room = width - (sum(widths) - widths[1]) - 2 * (len(header) - 1)
@@ -228,6 +265,9 @@ def runs_lines(infos: list[api.RunInfo], width: int | None = None) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
 
 
+_duration = prog.duration
+
+
 def _elapsed_s(created: str) -> float | None:
     try:
         return max(0.0, time.time() - time.mktime(time.strptime(created, "%Y-%m-%dT%H:%M:%S")))
@@ -235,13 +275,11 @@ def _elapsed_s(created: str) -> float | None:
         return None
 
 
-def _duration(seconds: float) -> str:
-    s = int(round(seconds))
-    h, m = s // 3600, s // 60 % 60
-    return f"{h}h{m:02d}m" if h else f"{m}m{s % 60:02d}s" if m else f"{s}s"
-
-
-def _view(info: api.RunInfo, last: str | None) -> Table:
+def _view(info: api.RunInfo, last: str | None, progress: api.Progress | None = None, now: float | None = None,
+          active_s: float | None = None) -> Table:
+    """The live view: the run, its status, steps, best kernel and time (`active_s`: how long it has been
+    driven, what the time budget counts), what it is doing now (`progress`: the phase, the model calls in
+    flight and for how long), its model use and its last step."""
     t = Table(box=None, show_header=False)
     t.add_row("run", info.id)
     t.add_row("status", info.status)
@@ -249,10 +287,15 @@ def _view(info: api.RunInfo, last: str | None) -> Table:
     budget = cfg.step_budget()
     t.add_row("steps", f"{info.steps} / {budget}" if budget is not None else f"{info.steps} (no step limit)")
     t.add_row("best", _best_words(info, cfg))
-    elapsed = _elapsed_s(info.created)
+    now = time.time() if now is None else now
+    for label, words in prog.now_rows(progress or api.Progress(), now):
+        t.add_row(label, words)
+    # the time the budget counts; a run.json of an earlier version has only its creation time
+    elapsed = active_s if active_s is not None else info.active_s if info.active_s is not None \
+        else _elapsed_s(info.created)
     if elapsed is not None:
         limit = cfg.time_budget_s
-        t.add_row("time", _duration(elapsed) + (f" / {_duration(limit)}" if limit else ""))
+        t.add_row("time", prog.duration(elapsed) + (f" / {prog.duration(limit)}" if limit else ""))
     if info.tokens or cfg.token_budget or cfg.cost_budget_usd:
         budget = f" / {cfg.token_budget}" if cfg.token_budget else ""
         cost = f" / ${cfg.cost_budget_usd:.2f}" if cfg.cost_budget_usd else ""

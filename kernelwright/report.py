@@ -9,7 +9,8 @@ What it shows, read from the run directory (so a run in progress is reported as 
 the header (problem, device, precision contract, budgets, eager / torch.compile / floor, seed and best),
 the speedup over steps, the lineage tree with the best path marked and failed proposals shown, and one
 card per step: evidence -> diagnosis -> proposal -> review -> side-by-side diff -> verdict and time with its
-noise band -> archive decision -> tokens, cost, reasoning and transcripts.
+noise band (for a structural change, with the builtin's sweep of its knobs) -> archive decision -> tokens, cost,
+reasoning and transcripts.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.agents.records import StepRecord
+from kernelwright.agents.tuning import TuneRecord
 from kernelwright.api import read_steps
 from kernelwright.evaluators import EvalResult
 from kernelwright.evaluators.result import run_secrets, scrub
@@ -324,7 +326,8 @@ def lineage(d: RunData) -> dict[str, Node]:
                 continue
             t = d.timing(s.child)
             nodes[s.child] = Node(s.child, s.generation, s.parent, s.step_id, s.child[:6],
-                                  t.speedup_vs_eager if t else None, title=f"{s.step_id}: {what}")
+                                  t.speedup_vs_eager if t else None, title=f"{s.step_id}: {what}"
+                                  + (f", then tuned: {s.tuning.chose}" if s.tuning and s.tuning.chose else ""))
         else:
             why = (s.result.reason if s.result else s.coder.error or s.coder.note or s.decision.why)
             nodes[f"x-{s.step_id}"] = Node(f"x-{s.step_id}", s.generation, s.parent, s.step_id, s.step_id,
@@ -540,6 +543,8 @@ def card(d: RunData, i: int, s: StepRecord, best: set[str], out_dir: Path) -> st
             body += f"<p class='muted'>not timed: {esc(r.timing_unavailable)}</p>"
         if s.verify_s is not None:
             body += f"<p class='muted'>verified in {s.verify_s:.1f} s</p>"
+        if s.tuning:
+            body += tuning_block(s.tuning)
     else:
         body = '<p class="muted">nothing to verify (no child was made)</p>'
     section("verifier", "verdict and time (verifier)", body)
@@ -552,6 +557,22 @@ def card(d: RunData, i: int, s: StepRecord, best: set[str], out_dir: Path) -> st
     return (f'<section class="step{" onbest" if on_best else ""}" id="{esc(s.step_id)}" data-verdict="{esc(verdict)}" '
             f'data-decision="{esc(dec.decision)}" data-kind="{esc(category)}" data-roles="{roles_present}" '
             f'data-best="{int(on_best)}">' + "".join(parts) + "</section>")
+
+
+def tuning_block(tr: TuneRecord) -> str:
+    """The builtin's sweep of a structural child's knobs, as part of the step: one line, and the variants judged
+    (the untuned child first) with the one chosen marked."""
+    body = f"<p class='why'>{esc(tr.words())}</p>"
+    if not tr.tried:
+        return body
+    rows = [f"<tr><td>as written</td><td><code>{esc(tr.from_[:12])}</code></td><td>{ms(tr.from_ms)}</td>"
+            f"<td>pass</td><td></td></tr>"]
+    for v in tr.tried:
+        rows.append(f"<tr><td>{esc(v.what)}</td><td><code>{esc(v.kernel[:12])}</code></td><td>{ms(v.median_ms)}</td>"
+                    f"<td>{esc(v.verdict)} <code>{esc(v.reason)}</code></td>"
+                    f"<td>{badge('chosen', 'elite') if v.key == tr.chose else ''}</td></tr>")
+    return (body + "<table class='kv tune'><tr><th>variant</th><th>kernel</th><th>median</th><th>verdict</th><th></th></tr>"
+            + "".join(rows) + "</table>")
 
 
 def _role_usage(d: RunData, s: StepRecord, role: str, out_dir: Path) -> str:
@@ -583,7 +604,7 @@ h1{font-size:20px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #d0d
 h4{font-size:13px;margin:10px 0 4px;color:#57606a;text-transform:uppercase;letter-spacing:.03em}
 code,pre,.diff{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 table.kv th{text-align:left;padding:2px 14px 2px 0;color:#57606a;font-weight:600;vertical-align:top;white-space:nowrap}
-table.kv td{padding:2px 0}
+table.kv td{padding:2px 0}table.tune td{padding:2px 14px 2px 0}
 .badge{display:inline-block;padding:0 7px;border-radius:10px;font-size:12px;font-weight:600;border:1px solid}
 .b-ok,.b-elite{color:#1a7f37;border-color:#1a7f37}.b-bad,.b-rejected{color:#cf222e;border-color:#cf222e}
 .b-live,.b-unmeasured{color:#9a6700;border-color:#9a6700}.b-niche{color:#8250df;border-color:#8250df}

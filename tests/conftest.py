@@ -7,11 +7,25 @@ test_honest.py) judge candidates on: "cpu" (the default: Triton's interpreter, n
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
 DEVICES = ("cpu", "cuda")
+
+# the suite never writes into the user's data directory (the knowledge store, tools/knowledge.py, lives there): the
+# session, and every process it starts, gets a folder of its own, removed at the end; and each test one of its own
+# (`_own_data_home`), so that what one test's run learns is never shown to another's
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="kw-test-data-")
+atexit.register(shutil.rmtree, os.environ["XDG_DATA_HOME"], True)
+
+
+@pytest.fixture(autouse=True)
+def _own_data_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", tempfile.mkdtemp(prefix="test-", dir=os.environ["XDG_DATA_HOME"]))
 
 
 def kw_test_device() -> str:

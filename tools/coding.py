@@ -7,13 +7,21 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Callable
+from typing import Protocol
 
 from langchain_core.tools import BaseTool, tool
 
 
-QuickCheck = Callable[[str], tuple[bool, str]]
-"""source -> (passes, a bounded message for the model)."""
+class QuickCheck(Protocol):
+    """source -> (passes, a bounded message for the model). `shapes`: shape variants to check besides the
+    problem's own shapes (`evaluators.variants`: small, odd, tail); a check that takes only the source is
+    called with none and cannot offer variants."""
+
+    def __call__(self, source: str, shapes: tuple[str, ...] = ..., /) -> tuple[bool, str]: ...
+
+
+SHAPES = ("small", "odd", "tail")
+"""the shape variants `quick_check(shapes=...)` accepts (`evaluators.variants.VARIANTS`)"""
 
 
 def syntax_check(source: str) -> tuple[bool, str]:
@@ -32,6 +40,7 @@ def syntax_check(source: str) -> tuple[bool, str]:
 class Workspace:
     source: str
     checked: tuple[str, bool, str] | None = None
+    """(source, passes, message) of the last check at the problem's own shapes"""
     finished: bool = False
 
 
@@ -62,14 +71,28 @@ def coder_tools(ws: Workspace, check: QuickCheck) -> list[BaseTool]:
         return f"written ({len(source.splitlines())} lines)"
 
     @tool
-    def quick_check() -> str:
-        """Compile the current kernel and run a fast correctness check."""
-        ok, msg = check_workspace(ws, check)
+    def quick_check(shapes: list[str] | str | None = None) -> str:
+        """Compile the current kernel and run a fast correctness check at the problem's own shapes. `shapes`:
+        also run it at shape variants made from the problem's size constants (batch_size, dim, ...), each
+        judged apart: "small" (the largest size halved until the inputs are small), "odd" (the small sizes
+        times 3/4, made odd: a kernel that assumes a multiple of its block size fails there), "tail" (the real
+        size of the largest constant, set to a multiple of 1024 plus 37, fewer rows: several blocks per row and a
+        ragged last one). Example: quick_check(shapes=["small", "odd", "tail"]); only these names, no sizes of your
+        own (each variant's sizes are fixed per problem and accepted by its reference). The reply names each shape
+        with its sizes and says pass, or fail with the reason. The variants only inform you: finish() needs
+        the problem's own shapes to pass. finish() runs this check itself, so quick_check and finish may be
+        called in one reply."""
+        names = tuple(dict.fromkeys([shapes] if isinstance(shapes, str) else shapes or ()))
+        unknown = [n for n in names if n not in SHAPES]
+        if unknown:
+            return f"error: unknown shape {unknown[0]!r}; the shapes are {', '.join(repr(n) for n in SHAPES)}"
+        ok, msg = check_workspace(ws, check, names)
         return ("pass: " if ok else "fail: ") + msg
 
     @tool
     def finish() -> str:
-        """Declare the change done; the current kernel must pass the quick check."""
+        """Declare the change done. Runs the quick check itself (at the problem's own shapes); the kernel must
+        pass it, so no separate quick_check is needed right before finish."""
         ok, msg = check_workspace(ws, check)
         if not ok:
             return f"error: the quick check fails ({msg}); repair the kernel, then call finish again"
@@ -79,8 +102,16 @@ def coder_tools(ws: Workspace, check: QuickCheck) -> list[BaseTool]:
     return [view_kernel, search_replace, write_kernel, quick_check, finish]
 
 
-def check_workspace(ws: Workspace, fn: QuickCheck) -> tuple[bool, str]:
-    """The syntax check, then `fn`, on the workspace's current text (remembered until the text changes)."""
+def check_workspace(ws: Workspace, fn: QuickCheck, shapes: tuple[str, ...] = ()) -> tuple[bool, str]:
+    """The syntax check, then `fn`, on the workspace's current text. The verdict at the problem's own shapes is
+    remembered until the text changes (so finish() after a passing quick_check costs nothing); a check with
+    shape variants is run each time it is asked for, and passes only when every shape it ran passes."""
+    if shapes:
+        ok, msg = syntax_check(ws.source)
+        if not ok:
+            return False, msg
+        ok, msg = fn(ws.source, shapes)
+        return ok, msg[:3000]
     if ws.checked is None or ws.checked[0] != ws.source:
         ok, msg = syntax_check(ws.source)
         if ok:

@@ -11,29 +11,58 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from kernelwright.evaluators import DeviceFacts, EvalPolicy, EvalResult, Evaluator, problem_from_source
 from kernelwright.evaluators.cluster import Cluster, RemoteEvaluator, Slot
 from kernelwright.evaluators.facts import cpu_facts
 from kernelwright.evaluators.hosts import LocalSlot
-from kernelwright.evaluators.profiling import NcuReport, Profile, ncu_unavailable_reason
+from kernelwright.evaluators.profiling import NcuReport, Profile, ncu_unavailable_reason, problem_bytes
+from kernelwright.evaluators.variants import VARIANTS, Shape, shapes_for
 
-from .runstore import Run
+from .runstore import Run, kernel_hash
 
 log = logging.getLogger(__name__)
+
+VARIANT_CPU_MAX_ELEMENTS = 1 << 22
+"""input elements above which a shape variant is not run in Triton's interpreter (too slow for a quick check)"""
 
 PASS_OVER_S = 600.0
 """how long a cluster slot that found no room for a new actor (a node lost, none in its place) is passed over,
 its candidates judged by the run's other actors, before it is tried again"""
 
 
+@dataclass
+class VariantCheck:
+    """The quick check of a draft at one shape variant (`evaluators.variants`)."""
+
+    shape: Shape
+    result: EvalResult | None = None
+    """None: not run (`why_not` says why)"""
+    why_not: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.result is not None and self.result.verdict == "pass"
+
+    def line(self) -> str:
+        """`odd (batch_size=13, dim=3071): fail: wrong_output: ...`, bounded."""
+        if self.result is None:
+            return f"{self.shape.name}: not run: {self.why_not}"[:400]
+        if self.passed:
+            return f"{self.shape.label()}: pass"
+        return f"{self.shape.label()}: {self.result.verdict}: {self.result.reason}: {self.result.detail or ''}"[:700]
+
+
 class Evaluations:
     """The evaluators of one run (lazily built per device) and its verdict cache."""
 
     def __init__(self, run: Run, precision: str | None = None, trials: int = 5, spares: int = 1,
-                 cluster: str = "", kind: str = "cpu", hosts: bool = False) -> None:
+                 cluster: str = "", kind: str = "cpu", hosts: bool = False, compile_mode: str = "default") -> None:
         self.run = run
+        self.compile_mode = None if compile_mode == "none" else compile_mode
+        """torch.compile's mode for the compiled baseline (`EvalPolicy.compile_mode`; None: no compiled baseline)"""
         self.precision = precision
         self.trials, self.spares = trials, spares
         self.cluster, self.kind = cluster, kind
@@ -41,6 +70,10 @@ class Evaluations:
         self.hosts = hosts
         """each local device judged in a host process of its own (`evaluators.hosts`)"""
         self._evaluators: dict[str, Evaluator | RemoteEvaluator] = {}
+        self._variant_evaluators: dict[tuple[str, str], Evaluator] = {}
+        """(device, variant) -> the quick check's evaluator of the problem at that variant (local devices)"""
+        self._variants: tuple[dict[str, Shape], dict[str, str]] | None = None
+        self._variants_lock = threading.Lock()
         self._facts: dict[str, DeviceFacts] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -54,7 +87,7 @@ class Evaluations:
             ev = self._evaluators.get(device)
             if ev is None:
                 problem = problem_from_source(self.run.problem_source(), self.run.info().problem, self.precision)
-                policy = EvalPolicy(trials=self.trials, spares=self.spares)
+                policy = EvalPolicy(trials=self.trials, spares=self.spares, compile_mode=self.compile_mode)
                 if device.startswith("ray:"):
                     # connected on the actor's first start (inside the evaluation, whose verdict says if it fails)
                     slot = Slot(Cluster(self.cluster), self.kind, name=f"{self.run.id}/{device}")
@@ -71,9 +104,11 @@ class Evaluations:
         data = self.run.eval(h)
         return EvalResult.model_validate(data) if data is not None else None
 
-    def evaluate(self, source: str, device: str) -> tuple[str, EvalResult]:
-        """(kernel hash, verdict): from the run's cache when this exact source was judged before."""
-        h = self.run.put_kernel(source)
+    def evaluate(self, source: str, device: str, *, store: bool = True) -> tuple[str, EvalResult]:
+        """(kernel hash, verdict): from the run's cache when this exact source was judged before. `store`: keep
+        the source as a kernel of the run (`kernels/<h>.py`); a draft the coder only checks is not kept, but its
+        verdict is (`evals/<h>.json`), so that it is reused when the same source becomes the child."""
+        h = self.run.put_kernel(source) if store else kernel_hash(source)
         cached = self.cached(h)
         if cached is not None:
             return h, cached
@@ -81,6 +116,16 @@ class Evaluations:
         if result.verdict != "error":  # a failure of the judge is not a fact about the kernel: judge it again later
             self.run.put_eval(h, result.model_dump(mode="json"))
         return h, result
+
+    def confirm(self, h: str, device: str) -> EvalResult:
+        """Judge kernel `h` again, past the cache: a new battery of input draws (each evaluation draws its own from
+        the secret seed) on the same evaluator. A failure replaces the run's cached verdict (the kernel is never
+        trusted again, in this run or on resume); a pass leaves the first verdict, with its timing, in place."""
+        result = self._judged(device, lambda ev: ev.evaluate(self.run.kernel(h)))
+        if result.verdict == "fail":
+            result.detail = f"a second judgement with fresh draws failed it: {result.detail}"
+            self.run.put_eval(h, result.model_dump(mode="json"))
+        return result
 
     def warm(self, source: str, devices: list[str]) -> list[threading.Thread]:
         """Judge `source` (the seed) on each of `devices` in the background and drop the verdicts: by the time
@@ -103,9 +148,73 @@ class Evaluations:
 
     def quick(self, source: str, device: str) -> EvalResult:
         """The coder's quick check of a draft: one trial of the base inputs plus the problem's
-        `get_test_inputs()` sets, every guard, no timing (`Evaluator.evaluate(quick=True)`), in this run's
-        evaluator and its workers. Not cached: a draft is not a candidate, and its verdict admits nothing."""
+        `get_test_inputs()` sets, every guard, no timing but a rough one on a GPU (a check named `rough_time`)
+        (`Evaluator.evaluate(quick=True)`), in this run's evaluator and its workers. Not cached: a draft is not a
+        candidate, and its verdict admits nothing."""
         return self._judged(device, lambda ev: ev.evaluate(source, quick=True))
+
+    def variants(self) -> tuple[dict[str, Shape], dict[str, str]]:
+        """The problem's shape variants (`evaluators.variants`: small, odd, tail) by name, and those left out
+        with why; built once per run (it runs the reference at each variant on the CPU, in this process)."""
+        with self._variants_lock:
+            if self._variants is None:
+                try:
+                    shapes, dropped, sizes = shapes_for(self.run.problem_source(), self.run.info().problem, VARIANTS)
+                except Exception as e:  # noqa: BLE001 - a problem whose variants cannot be built has none
+                    why = f"could not be built ({type(e).__name__}: {str(e).strip()[:200]})"
+                    shapes, dropped, sizes = [], {n: why for n in VARIANTS}, None
+                if sizes == {}:
+                    dropped = {n: "the problem has no size constants (module-level ints of at least 8 that "
+                                  "get_inputs() reads)" for n in VARIANTS}
+                self._variants = ({s.name: s for s in shapes[1:]}, dropped)
+            return self._variants
+
+    def quick_variants(self, source: str, device: str, names: Sequence[str]) -> list[VariantCheck]:
+        """The coder's quick check of a draft at shape variants, each judged apart by an evaluator of the problem
+        at those sizes (`problem_from_source(..., sizes=)`): quick mode, every guard, no timing, in workers of
+        `device`'s pool. Not cached: a draft is not a candidate. Local devices only: a device judged by a host
+        process or a cluster actor holds one problem at a time, so there the variants are not run (said so)."""
+        shapes, dropped = self.variants()
+        out: list[VariantCheck] = []
+        for name in names:
+            shape = shapes.get(name)
+            if shape is None:
+                out.append(VariantCheck(Shape(name, {}, None), why_not=dropped.get(name, "unknown variant")))
+                continue
+            if device.startswith("ray:") or self.hosts:
+                out.append(VariantCheck(shape, why_not="shape variants are checked only where the device is judged "
+                                                       "in the run's own process (not by host processes or a cluster)"))
+                continue
+            if device == "cpu" and (shape.elements or 0) > VARIANT_CPU_MAX_ELEMENTS:
+                out.append(VariantCheck(shape, why_not=f"{shape.elements:,} input elements: too slow for Triton's "
+                                                       "interpreter"))
+                continue
+            try:
+                ev = self._variant_evaluator(device, shape)
+            except Exception as e:  # noqa: BLE001 - the reference at this shape, not the draft: say so, go on
+                out.append(VariantCheck(shape, why_not=f"the reference could not be set up at these sizes "
+                                                       f"({type(e).__name__}: {str(e).strip()[:200]})"))
+                continue
+            out.append(VariantCheck(shape, ev.evaluate(source, quick=True)))
+        return out
+
+    def _variant_evaluator(self, device: str, shape: Shape) -> Evaluator:
+        """The evaluator of the problem at `shape` on `device` (local), built on first use, sharing the worker
+        pool of `device`'s own evaluator (no other workers are started); closed with the others."""
+        main = self.evaluator(device)
+        if not isinstance(main, Evaluator):
+            raise RuntimeError(f"{device} is not judged in this process")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this run's evaluators are closed")
+            ev = self._variant_evaluators.get((device, shape.name))
+            if ev is None:
+                problem = problem_from_source(self.run.problem_source(), self.run.info().problem, self.precision,
+                                              sizes=shape.sizes)
+                policy = EvalPolicy(trials=self.trials, spares=self.spares, timing=False)
+                ev = Evaluator(problem, device, policy, pool=main.pool)
+                self._variant_evaluators[(device, shape.name)] = ev
+            return ev
 
     def _unplaceable(self, device: str) -> float | None:
         """When `device`'s cluster slot last found no room for an actor (None: it has one, or is not a slot)."""
@@ -182,7 +291,8 @@ class Evaluations:
         result = self.cached(h)
         prof = Profile(verdict=result.verdict if result else "", reason=str(result.reason) if result else "",
                        timing=result.timing if result else None,
-                       kernels=[k.model_dump() for k in result.kernels] if result else [])
+                       kernels=[k.model_dump() for k in result.kernels] if result else [],
+                       problem_bytes=problem_bytes(result) if result else None)
         if result is None:
             why = "this kernel was not judged in this run"
         elif result.device == "cpu":
@@ -198,7 +308,9 @@ class Evaluations:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            evaluators = list(self._evaluators.values())
+            # the variants' evaluators first: they use the pools of the devices' own evaluators
+            evaluators = [*self._variant_evaluators.values(), *self._evaluators.values()]
+            self._variant_evaluators.clear()
             self._evaluators.clear()
         for ev in evaluators:
             ev.close()

@@ -298,6 +298,15 @@ class ReviewDesk:
         except (OSError, ValueError):
             return None
 
+    def driver_gone(self) -> bool:
+        """The run names a driver on this host whose process is dead (killed, say, by SIGKILL or the OOM killer,
+        which leave no word in run.json); a run served by `langgraph dev` names none, and a driver on another host
+        is trusted as live."""
+        d = self.driver()
+        if not d or d.get("host") != socket.gethostname():
+            return False
+        return not _alive(int(d.get("pid", 0)))
+
     def driven_elsewhere(self) -> bool:
         """Another live process on this host drives the run (a driver on another host is trusted as live)."""
         d = self.driver()

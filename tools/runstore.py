@@ -8,6 +8,8 @@
     runs/<id>/archive/<g>.json  the archive as it stood after generation g (the last few are kept); the
                                 graph state holds only the generation number it refers to
     runs/<id>/checkpoints.sqlite  LangGraph checkpoints
+    runs/<id>/progress.json     what the driver is doing now: its phase and the model calls it waits on
+                                (`Progress`; for live views and logs, rewritten as it changes)
 
 State in the graph holds ids and small summaries; sources, results and transcripts live here, so
 checkpoints stay small over thousands of steps. Writes are atomic (write to a temporary file, rename).
@@ -21,6 +23,8 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +94,32 @@ class RunInfo(BaseModel):
     resumable: bool = False
     """the run stopped where `kernelwright optimize --resume ID` continues it: stopped on request (status
     `stopped`), or its model provider stayed down past the retry window (status `failed`)"""
+    active_s: float | None = None
+    """seconds drivers have spent on the run (all of them, as of the last generation or the last driver's end):
+    what the time budget counts, so a run resumed hours later gets the rest of its budget. None: a run.json of an
+    earlier version (its time since creation is taken instead)"""
+
+
+class ModelWait(BaseModel):
+    """A model call in flight: which role waits on it, for which step, since when."""
+
+    role: str
+    step: str | None = None
+    """the step id (g1b0), or what the call is for when it is no step (the first kernel's writing)"""
+    since: float
+    """when the call began (seconds since the epoch)"""
+
+
+class Progress(BaseModel):
+    """What the driver of a run is doing now (progress.json): a live view or a log reads it to say what the run is
+    waiting for between its steps. Empty when no driver works on the run."""
+
+    phase: str | None = None
+    """in words: verifying the seed kernel, writing the first kernel, generation 3, ..."""
+    phase_since: float | None = None
+    """when the phase began (seconds since the epoch)"""
+    waiting: list[ModelWait] = Field(default_factory=list)
+    """the model calls in flight, oldest first"""
 
 
 def kernel_hash(source: str) -> str:
@@ -114,6 +144,8 @@ class Run:
         self.path = path
         self._lock = threading.Lock()
         self._trace = _TraceCache()  # what of trace.jsonl this object has parsed (see `trace`)
+        self._progress = Progress()  # what this object's driver does now, written to progress.json as it changes
+        self._progress_lock = threading.Lock()
         (path / "kernels").mkdir(parents=True, exist_ok=True)
         (path / "evals").mkdir(exist_ok=True)
 
@@ -142,6 +174,48 @@ class Run:
 
     def created_at(self) -> float:
         return time.mktime(time.strptime(self.info().created, "%Y-%m-%dT%H:%M:%S"))
+
+    # -- progress ---------------------------------------------------------------------------------------
+
+    def progress(self) -> Progress:
+        """What the run's driver (in this process or another) is doing now; empty when nothing says."""
+        try:
+            return Progress.model_validate_json((self.path / "progress.json").read_text())
+        except (OSError, ValueError):
+            return Progress()
+
+    def _put_progress(self, change: Any) -> None:
+        with self._progress_lock:
+            change(self._progress)
+            atomic_write(self.path / "progress.json", self._progress.model_dump_json())
+
+    def set_phase(self, phase: str | None) -> None:
+        """Say what the driver is doing now (None: nothing worth a word)."""
+
+        def change(p: Progress) -> None:
+            if phase != p.phase:
+                p.phase, p.phase_since = phase, (time.time() if phase else None)
+
+        self._put_progress(change)
+
+    @contextmanager
+    def model_call(self, role: str, step: str | None = None) -> Iterator[None]:
+        """Mark a model call in flight for its length (retries through an outage included), so that whoever
+        watches the run can say which role waits on the model and for how long."""
+        wait = ModelWait(role=role, step=step, since=time.time())
+        self._put_progress(lambda p: p.waiting.append(wait))
+        try:
+            yield
+        finally:
+            self._put_progress(lambda p: p.waiting.remove(wait) if wait in p.waiting else None)
+
+    def end_progress(self) -> None:
+        """The driver let go of the run: no phase, no call in flight."""
+
+        def change(p: Progress) -> None:
+            p.phase, p.phase_since, p.waiting = None, None, []
+
+        self._put_progress(change)
 
     def problem_source(self) -> str:
         return (self.path / "problem.py").read_text()

@@ -22,13 +22,13 @@ SEED = (Path(__file__).resolve().parents[1] / "graphs" / "add_seed.py").read_tex
 
 def test_prompts_fill_with_their_fields() -> None:
     a = prompts.load("analyst").format(problem="P", parent="K", evaluation="E", profile="F", facts="G",
-                                       parent_label="L")
-    s = prompts.load("strategist").format(problem="P", parent="K", evaluation="E", diagnosis="D", history="H",
+                                       parent_label="L", history="H")
+    s = prompts.load("strategist").format(problem="P", parent="K", standing="E", diagnosis="D", history="H",
                                           failed="X", siblings="S", facts="G", evidence="V", inspirations="I",
                                           predictions="R", playbook="B", parent_label="L")
-    c = prompts.load("coder").format(problem="P", parent="K", diagnosis="D", proposal="Q", facts="G",
+    c = prompts.load("coder").format(problem="P", parent="K", proposal="Q", facts="G", contract=prompts.contract(),
                                      inspirations="I", quick_check="C", parent_label="L", coverage="V")
-    w = prompts.load("writer").format(problem="P", facts="G", quick_check="C")
+    w = prompts.load("writer").format(problem="P", facts="G", quick_check="C", contract=prompts.contract())
     assert "Diagnosis tool" in a and "Proposal tool" in s and "search_replace" in c and "write_kernel" in w
     # every field a template names is filled: no stray braces remain
     for text in (a, s, c, w):
@@ -54,7 +54,7 @@ def test_analyse_sends_an_invalid_answer_back_and_keeps_reasoning() -> None:
 def test_strategise_survives_a_malformed_tool_call_and_costs_are_priced() -> None:
     m = Scripted(script=[malformed("Proposal", "{\"category\": tiling"), call("Proposal", PROPOSAL, 1)])
     usage = llm.Models(prices={"x": [1.0, 10.0]}).usage("scripted:x")  # priced by its bare model name
-    p = llm.strategise(m, problem="p", parent=SEED, evaluation="e", diagnosis=Diagnosis(**DIAGNOSIS), history="",
+    p = llm.strategise(m, problem="p", parent=SEED, standing="s", diagnosis=Diagnosis(**DIAGNOSIS), history="",
                        failed=[], usage=usage)
     assert isinstance(p, Proposal) and p.key == "BLOCK=512"
     assert "could not be parsed" in m.seen[1][-1].content
@@ -74,7 +74,7 @@ def test_structured_answers_are_bounded_and_json_text_is_accepted() -> None:
 def test_a_tried_proposal_is_not_accepted_again() -> None:
     m = Scripted(script=[call("Proposal", PROPOSAL)])
     with pytest.raises(llm.ModelError, match="already tried"):
-        llm.strategise(m, problem="p", parent=SEED, evaluation="e", diagnosis=Diagnosis(**DIAGNOSIS), history="",
+        llm.strategise(m, problem="p", parent=SEED, standing="s", diagnosis=Diagnosis(**DIAGNOSIS), history="",
                        failed=["BLOCK=512"], usage=llm.Usage())
 
 
@@ -165,7 +165,7 @@ def test_the_coder_tools_schemas() -> None:
     tools = coder_tools(Workspace("x = 1\n"), lambda s: (True, "ok"))
     schemas = {t.name: sorted(t.args) for t in tools}
     assert schemas == {"view_kernel": ["end", "start"], "search_replace": ["new", "old"], "write_kernel": ["source"],
-                       "quick_check": [], "finish": []}
+                       "quick_check": ["shapes"], "finish": []}
     assert all(t.description for t in tools)
 
 

@@ -87,7 +87,7 @@ def test_a_finished_run_reads_back(tmp_path: Path) -> None:
     view = api.open_run(info.id, tmp_path)
     steps = view.steps()
     assert [s.step_id for s in steps] == ["g1b0", "g1b1"]
-    assert all(s.schema_version == SCHEMA_VERSION == 3 and s.verdict == "pass" and s.result and s.result.verdict == "pass"
+    assert all(s.schema_version == SCHEMA_VERSION == 4 and s.verdict == "pass" and s.result and s.result.verdict == "pass"
                for s in steps)
     archive = view.archive()
     assert archive is not None and len(archive.steps) == 2 and archive.best is not None

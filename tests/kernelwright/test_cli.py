@@ -360,7 +360,7 @@ def test_trace_json_validates_against_the_step_record_schema(tmp_path: Path, cac
     r = kw("trace", info.id, "--json", "--run-dir", tmp_path / "runs", cache=cache)
     assert r.returncode == 0, r.stderr
     records = [StepRecord.model_validate_json(line) for line in r.stdout.splitlines()]
-    assert [s.step_id for s in records] == ["g1b0", "g1b1"] and all(s.schema_version == SCHEMA_VERSION == 3 for s in records)
+    assert [s.step_id for s in records] == ["g1b0", "g1b1"] and all(s.schema_version == SCHEMA_VERSION == 4 for s in records)
     import jsonschema  # noqa: PLC0415 - the published schema, not only the model, must accept the output
 
     r = kw("trace", "--schema", cache=cache)

@@ -1,0 +1,292 @@
+"""What the strategist is told is known to work: a few entries of the shipped playbook and of the knowledge store
+(what earlier runs measured), chosen by the problem's kinds and the diagnosis, each labelled with the GPU it was
+measured on; and the recording of a run's winning steps into that store.
+
+The shipped playbook is data (`prompts/playbook.toml`, validated here as `PlaybookEntry`); the problem's kinds
+come from `evaluators.kinds`; the store is `tools.knowledge`. `playbook_for` is a pure function over them, so the
+choice is tested without a run; `for_strategist` and `remember` are the two places a run touches it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from kernelwright import prompts
+from kernelwright.evaluators.kinds import problem_kinds
+from kernelwright.tools.knowledge import (EVIDENCE_CHARS, EVIDENCE_LINES, WHAT_CHARS, Knowledge, KnowledgeStore, now,
+                                          problem_name)
+
+from .briefing import PLAYBOOK_CHARS, clip
+from .schemas import Diagnosis
+
+if TYPE_CHECKING:
+    from .archive import Archive, Step
+    from .context import RunContext
+
+log = logging.getLogger(__name__)
+
+SHIPPED_LIMIT = 4
+"""shipped entries shown at most"""
+LEARNED_LIMIT = 3
+"""entries of earlier runs shown at most"""
+
+
+class PlaybookEntry(BaseModel):
+    """One entry of the shipped playbook: a pattern (symptom -> move) and what it did where it was measured."""
+
+    id: str
+    kinds: list[str] = Field(description="problem kinds it applies to (evaluators.kinds), or 'any'")
+    bottlenecks: list[str] = Field(description="the Diagnosis.bottleneck values it answers")
+    keywords: list[str] = Field(default_factory=list, description="words of a diagnosis that point at it")
+    category: str
+    symptom: str
+    move: str
+    effect: str
+    sources: list[str] = Field(description="its rows in BENCHMARKS.md: 'P probe' or 'L problem'")
+    gpu: str
+    torch: str = ""
+    triton: str = ""
+    section: str = ""
+
+
+@cache
+def shipped() -> tuple[PlaybookEntry, ...]:
+    """The shipped playbook's entries, in their file's order, each with the GPU and versions it was measured on."""
+    data = prompts.playbook_data()
+    on = data.get("measured_on") or {}
+    return tuple(PlaybookEntry.model_validate({**on, **(e.get("measured_on") or {}),
+                                               **{k: v for k, v in e.items() if k != "measured_on"}})
+                 for e in data.get("entry") or [])
+
+
+def gpu_short(name: str | None) -> str:
+    """A GPU's name as people say it: 'NVIDIA H100 80GB HBM3' -> H100, 'NVIDIA GeForce RTX 4090' -> RTX 4090,
+    'CPU (Triton interpreter)' -> CPU."""
+    words = re.sub(r"\b(NVIDIA|GeForce|Tesla|Quadro)\b", " ", name or "").split()
+    if not words:
+        return "an unknown device"
+    if words[0] in ("RTX", "GTX", "TITAN") and len(words) > 1:
+        return f"{words[0]} {words[1]}"
+    return words[0]
+
+
+def _an(short: str) -> str:
+    """'an H100', 'an A100', 'a B200', 'the CPU'."""
+    if short == "CPU":
+        return "the CPU"
+    if short.startswith("an unknown"):
+        return short
+    return ("an " if short[:1].upper() in "AEFHILMNORSX" else "a ") + short
+
+
+def _where(measured_on: str, run_gpu: str | None) -> str:
+    """'on an H100' or 'on an H100; this run is on an H200' (or '... on the CPU, where nothing is timed')."""
+    here, there = gpu_short(run_gpu), gpu_short(measured_on)
+    said = f"measured on {_an(there)}"
+    if run_gpu is None or here == there:
+        return said
+    if here == "CPU":
+        return f"{said}; this run is on the CPU, where nothing is timed"
+    return f"{said}; this run is on {_an(here)}"
+
+
+def _words(diagnosis: Diagnosis | None) -> str:
+    return " ".join([diagnosis.summary, *diagnosis.evidence]).lower() if diagnosis is not None else ""
+
+
+def _shipped_score(e: PlaybookEntry, kinds: set[str], diagnosis: Diagnosis | None) -> int | None:
+    """How well a shipped entry fits (None: not this problem's kind): its kind, the bottleneck, the words."""
+    specific = bool(set(e.kinds) & kinds)
+    if not specific and "any" not in e.kinds and kinds:
+        return None
+    score = 2 if specific else 1
+    if diagnosis is not None and diagnosis.bottleneck in e.bottlenecks:
+        score += 2
+    text = _words(diagnosis)
+    return score + min(3, sum(1 for k in e.keywords if k in text))
+
+
+def _learned_score(k: Knowledge, kinds: set[str], diagnosis: Diagnosis | None, run_gpu: str | None) -> int | None:
+    """How well an earlier run's entry fits (None: not this problem's kind)."""
+    shared = set(k.kinds) & kinds
+    if kinds and not shared:
+        return None
+    score = len(shared)
+    if diagnosis is not None and k.bottleneck == diagnosis.bottleneck:
+        score += 2
+    if run_gpu and gpu_short(k.gpu) == gpu_short(run_gpu):
+        score += 1
+    return score
+
+
+def choose_shipped(kinds: Iterable[str], diagnosis: Diagnosis | None,
+                   limit: int = SHIPPED_LIMIT) -> list[PlaybookEntry]:
+    """The shipped entries for a problem of `kinds` with this diagnosis: of its kinds only, best fit first (ties
+    in the file's order), at most `limit`."""
+    ks = set(kinds)
+    scored = [(s, i, e) for i, e in enumerate(shipped()) if (s := _shipped_score(e, ks, diagnosis)) is not None]
+    return [e for _, _, e in sorted(scored, key=lambda t: (-t[0], t[1]))[:limit]]
+
+
+def choose_learned(kinds: Iterable[str], diagnosis: Diagnosis | None, entries: Sequence[Knowledge],
+                   run_gpu: str | None = None, limit: int = LEARNED_LIMIT,
+                   exclude_run: str | None = None) -> list[Knowledge]:
+    """Earlier runs' entries for a problem of `kinds` with this diagnosis: of its kinds only, not of the run
+    `exclude_run` (its own steps are in its history already), best fit first, then the larger gain, then the
+    newer; one per move and problem; at most `limit`."""
+    ks = set(kinds)
+    scored = [(s, k) for k in entries if k.run_id != exclude_run
+              and (s := _learned_score(k, ks, diagnosis, run_gpu)) is not None]
+    scored.sort(key=lambda t: t[1].date, reverse=True)  # the newer first among equals (the sort below is stable)
+    scored.sort(key=lambda t: (-t[0], -t[1].speedup))
+    out: list[Knowledge] = []
+    seen: set[tuple[str, str]] = set()
+    for _, k in scored:
+        if (k.key.lower(), k.problem) in seen:
+            continue
+        seen.add((k.key.lower(), k.problem))
+        out.append(k)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _short(text: str, limit: int) -> str:
+    """One line, at most `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.1f} %"
+
+
+def provenance(k: Knowledge, run_gpu: str | None = None) -> str:
+    """'run 20261126-043312-a1b2c3, step g1b0, on an H200' (and whether this run's GPU differs)."""
+    where = _where(k.gpu, run_gpu).removeprefix("measured ")
+    return f"run {k.run_id}, step {k.step_id}, {where}"
+
+
+def render_learned(k: Knowledge, run_gpu: str | None = None) -> str:
+    """One earlier run's entry in a line: its provenance, the symptom, the move and its measured effect."""
+    effect = [f"{k.speedup:.2f}x over its parent (noise ±{_pct(k.noise_band)})"]
+    if k.child_ms is not None:
+        effect.append(f"{k.child_ms:.4g} ms")
+    if k.vs_compile is not None:
+        effect.append(f"{k.vs_compile:.2f}x torch.compile")
+    if k.fraction_of_floor is not None:
+        effect.append(f"{_pct(k.fraction_of_floor)} of the floor")
+    evidence = _short(k.evidence[0], 160) if k.evidence else ""
+    what = _short(k.what, 200)
+    return (f"- {provenance(k, run_gpu)}, problem {k.problem} ({', '.join(k.kinds) or 'kind unknown'}): "
+            f"diagnosed {k.bottleneck}{f' ({evidence})' if evidence else ''} -> {k.category} {k.key}"
+            f"{f': {what}' if what else ''} -> {', '.join(effect)}")
+
+
+def render_shipped(i: int, e: PlaybookEntry, run_gpu: str | None = None) -> str:
+    """One shipped entry in a line: its pattern, its effect and where it was measured (its BENCHMARKS.md rows stay
+    in the data: a benchmark problem's name would tell the model nothing it can use, and might tell it an answer)."""
+    versions = ", ".join(f"{name} {v}" for name, v in (("torch", e.torch), ("triton", e.triton)) if v)
+    return (f"{i}. [{e.id}] {e.symptom} -> {e.move} ({e.category}). What it did: {e.effect} "
+            f"({_where(e.gpu, run_gpu)}{f'; {versions}' if versions else ''})")
+
+
+def playbook_for(kinds: Iterable[str], diagnosis: Diagnosis | None, gpu_name: str | None,
+                 knowledge_entries: Sequence[Knowledge] = (), limit: int = SHIPPED_LIMIT,
+                 learned_limit: int = LEARNED_LIMIT, exclude_run: str | None = None) -> str:
+    """The strategist's block of what is known to work here: at most `limit` shipped entries and `learned_limit`
+    entries of earlier runs, chosen by the problem's `kinds` and the `diagnosis`, each labelled with the GPU it
+    was measured on (and this run's, `gpu_name`, where it differs). Bounded by `briefing.PLAYBOOK_CHARS`."""
+    ks = list(dict.fromkeys(kinds))
+    chosen = choose_shipped(ks, diagnosis, limit)
+    learned = choose_learned(ks, diagnosis, knowledge_entries, gpu_name, learned_limit, exclude_run)
+    bottleneck = diagnosis.bottleneck if diagnosis is not None else "unknown"
+    lines = [f"Chosen for a problem of kind {', '.join(ks) or 'unknown'}, diagnosed {bottleneck}. Effects vary with "
+             "the problem and the GPU: measure, do not assume."]
+    if chosen:
+        lines.append("From the shipped playbook:")
+        lines += [render_shipped(i, e, gpu_name) for i, e in enumerate(chosen, 1)]
+    if learned:
+        lines.append("From earlier runs on this machine (the knowledge store; what their steps measured):")
+        lines += [render_learned(k, gpu_name) for k in learned]
+    if not chosen and not learned:
+        lines.append("(nothing in the shipped playbook or in earlier runs matches this problem's kind)")
+    return clip("\n".join(lines), PLAYBOOK_CHARS)
+
+
+# -- the run's side ------------------------------------------------------------------------------------------
+
+
+def _run_gpu(ctx: RunContext, branch: int) -> str | None:
+    try:
+        return ctx.evaluations.facts(ctx.config.device_for(branch)).name
+    except Exception:  # noqa: BLE001 - facts are informative; the playbook is chosen without the label then
+        return None
+
+
+def _kinds(ctx: RunContext) -> list[str]:
+    run = ctx.run
+    return list(problem_kinds(run.problem_source(), run.info().problem))
+
+
+def for_strategist(ctx: RunContext, state: dict[str, Any]) -> str:
+    """The playbook block for one strategist call: the problem's kinds, the branch's diagnosis, this run's GPU
+    and (unless the run leaves it out, `use_knowledge`) the knowledge store's entries of other runs."""
+    cfg = ctx.config
+    entries: list[Knowledge] = []
+    if cfg.use_knowledge:
+        entries = KnowledgeStore(cfg.knowledge).entries()
+    d = state.get("diagnosis")
+    return playbook_for(_kinds(ctx), Diagnosis.model_validate(d) if d else None,
+                        _run_gpu(ctx, state.get("branch") or 0), entries, exclude_run=ctx.run.id)
+
+
+def winning(step: Step, archive: Archive, noise_band: float) -> bool:
+    """A step whose child became an elite with a measured gain beyond the noise band (the child's and its
+    parent's, whichever is wider): what the store keeps."""
+    if step.decision != "elite" or step.measured_speedup is None:
+        return False
+    parent = archive.entries.get(step.parent_id)
+    band = max(noise_band, parent.noise_band if parent is not None else 0.0)
+    return step.measured_speedup - 1 > band
+
+
+def remember(ctx: RunContext, result: dict[str, Any], step: Step, archive: Archive) -> Knowledge | None:
+    """After the archive admitted a step (`roles.archive_step`): keep it in the knowledge store when it won
+    (`winning`) and the run uses the store. The entry or None. A store that cannot be written is logged: the
+    run goes on."""
+    cfg, run = ctx.config, ctx.run
+    outcome = result.get("outcome") or {}
+    if not cfg.use_knowledge or not result.get("proposal") or \
+            not winning(step, archive, float(outcome.get("noise_band") or 0.0)):
+        return None  # a kernel a person gave, with no proposal, names no move to remember
+    try:
+        proposal, diagnosis = result.get("proposal") or {}, result.get("diagnosis") or {}
+        verdict = ctx.evaluations.cached(step.child_id or "")
+        versions = dict(verdict.versions) if verdict is not None else {}
+        gpu = versions.get("gpu") or _run_gpu(ctx, result.get("branch") or 0) or "unknown"
+        coder = result.get("coder") or {}
+        entry = Knowledge(
+            id=f"{run.id}/{step.step_id}", date=now(), run_id=run.id, step_id=step.step_id or str(step.step),
+            problem=problem_name(run.info().problem), kinds=_kinds(ctx), gpu=gpu,
+            versions={k: versions[k] for k in ("torch", "triton") if k in versions},
+            bottleneck=str(diagnosis.get("bottleneck") or "unknown"),
+            evidence=[_short(str(x), EVIDENCE_CHARS) for x in (diagnosis.get("evidence") or [])[:EVIDENCE_LINES]],
+            category=str(proposal.get("category") or "other"), key=step.proposal_key,
+            what=_short(str(proposal.get("what") or ""), WHAT_CHARS), speedup=float(step.measured_speedup or 1.0),
+            noise_band=max(float(outcome.get("noise_band") or 0.0),
+                           archive.entries[step.parent_id].noise_band if step.parent_id in archive.entries else 0.0),
+            child_ms=outcome.get("median_ms"), vs_compile=outcome.get("speedup_vs_compile"),
+            fraction_of_floor=outcome.get("fraction_of_floor"),
+            policy="human" if coder.get("policy") == "human" else cfg.model_for("strategist"))
+        KnowledgeStore(cfg.knowledge).append(entry)
+        return entry
+    except Exception as e:  # noqa: BLE001 - the store is a memory for later runs: failing it must not end this one
+        log.warning("could not record step %s in the knowledge store: %s: %s", step.step_id, type(e).__name__, e)
+        return None

@@ -1,0 +1,146 @@
+"""`kernelwright knowledge list|show|export|clear` and optimize's and chat's `--knowledge PATH` / `--no-knowledge`
+(issue 23, item 3): each error one sentence and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kernelwright import cli
+from kernelwright.tools.knowledge import Knowledge, KnowledgeStore
+
+REPO = Path(__file__).resolve().parents[2]
+PROBLEM = REPO / "tests" / "graphs" / "add_problem.py"
+SEED = REPO / "tests" / "graphs" / "add_seed.py"
+
+
+def entry(step: str, key: str = "split-row-64") -> Knowledge:
+    return Knowledge(id=f"20261126-043312-a1b2c3/{step}", date="2026-11-26T04:40:00", run_id="20261126-043312-a1b2c3",
+                     step_id=step, problem="40_LayerNorm", kinds=["row_reduction"], gpu="NVIDIA H200",
+                     versions={"torch": "2.11"}, bottleneck="memory", evidence=["L2 hit 26 %"], category="reduction",
+                     key=key, what="split each row over 64 programs", speedup=1.26, noise_band=0.02, child_ms=0.23,
+                     policy="openai:m")
+
+
+def invoke(*args: str | Path) -> Any:
+    return CliRunner().invoke(cli.app, [str(a) for a in args])
+
+
+def one_sentence(r: Any) -> str:
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and (r.exception is None or isinstance(r.exception, SystemExit))
+    (line,) = [x for x in r.output.splitlines() if x.startswith("error: ")]
+    return line.removeprefix("error: ")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> KnowledgeStore:
+    s = KnowledgeStore(tmp_path / "k.jsonl")
+    s.append(entry("g1b0"))
+    s.append(entry("g2b0", "chunk-major"))
+    return s
+
+
+def test_list_and_show(store: KnowledgeStore) -> None:
+    r = invoke("knowledge", "list", "--knowledge", store.path)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("20261126-043312-a1b2c3/g1b0  2026-11-26T04:40:00  40_LayerNorm")
+    assert "reduction split-row-64  1.260x (noise ±2.0%)" in lines[0] and "chunk-major" in lines[1]
+    r = invoke("knowledge", "list", "--knowledge", store.path, "--json")
+    assert [json.loads(x)["key"] for x in r.output.splitlines()] == ["split-row-64", "chunk-major"]
+    r = invoke("knowledge", "show", "20261126-043312-a1b2c3/g2", "--knowledge", store.path)  # a unique prefix
+    assert r.exit_code == 0, r.output
+    assert "run 20261126-043312-a1b2c3, step g2b0, on an H200" in r.output and "evidence: L2 hit 26 %" in r.output
+    assert "move: reduction chunk-major: split each row over 64 programs" in r.output
+
+
+def test_show_names_what_is_wrong(store: KnowledgeStore) -> None:
+    assert one_sentence(invoke("knowledge", "show", "nope", "--knowledge", store.path)) == \
+        f"no entry nope in the knowledge store ({store.path}): see kernelwright knowledge list"
+    assert one_sentence(invoke("knowledge", "show", "20261126", "--knowledge", store.path)).startswith(
+        "20261126 names 2 entries of the knowledge store")
+
+
+def test_the_default_store_and_an_empty_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    r = invoke("knowledge", "list")
+    assert r.exit_code == 0 and "is empty: runs add their winning steps to it" in r.output
+    assert str(tmp_path / "data" / "kernelwright" / "knowledge.jsonl") in r.output
+    assert one_sentence(invoke("knowledge", "list", "--knowledge", tmp_path)).endswith(
+        "is a folder: give the knowledge store's file")
+
+
+def test_export_to_a_file_or_stdout(store: KnowledgeStore, tmp_path: Path) -> None:
+    r = invoke("knowledge", "export", "--knowledge", store.path)
+    assert r.exit_code == 0 and [json.loads(x)["step_id"] for x in r.output.splitlines() if x.startswith("{")] == \
+        ["g1b0", "g2b0"]
+    out = tmp_path / "out.jsonl"
+    r = invoke("knowledge", "export", out, "--knowledge", store.path)
+    assert r.exit_code == 0 and [Knowledge.model_validate_json(x).key for x in out.read_text().splitlines()] == \
+        ["split-row-64", "chunk-major"]
+    assert one_sentence(invoke("knowledge", "export", tmp_path, "--knowledge", store.path)) == \
+        f"{tmp_path} is a folder: give a file name"
+
+
+def test_clear_asks_for_yes(store: KnowledgeStore) -> None:
+    said = one_sentence(invoke("knowledge", "clear", "--knowledge", store.path))
+    assert said == f"clearing removes 2 entries from {store.path}: add --yes (nothing was cleared)"
+    assert len(store.entries()) == 2
+    r = invoke("knowledge", "clear", "--yes", "--knowledge", store.path)
+    assert r.exit_code == 0 and "cleared 2 entries" in r.output and store.entries() == []
+    r = invoke("knowledge", "clear", "--yes", "--knowledge", store.path)
+    assert r.exit_code == 0 and "empty already" in r.output
+
+
+def test_optimize_takes_the_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelwright import optimize as opt
+
+    monkeypatch.setattr(cli, "_confinement", lambda *a, **k: True)
+    seen: dict[str, Any] = {}
+
+    def fake(**kw: Any) -> Any:
+        seen.update(kw)
+        raise opt.UsageError("stopped by the test")
+
+    monkeypatch.setattr(opt, "run_optimize", fake)
+    base = ["optimize", PROBLEM, "--seed-kernel", SEED, "--device", "cpu", "--run-dir", tmp_path / "runs"]
+    assert one_sentence(invoke(*base, "--knowledge", tmp_path / "k.jsonl")) == "stopped by the test"
+    assert seen["knowledge"] == str(tmp_path / "k.jsonl") and seen["use_knowledge"] is True
+    invoke(*base, "--no-knowledge")
+    assert seen["knowledge"] is None and seen["use_knowledge"] is False
+    invoke(*base)
+    assert seen["knowledge"] is None and seen["use_knowledge"] is True
+    # the flags become the run's config: contradicting ones are one sentence
+    with pytest.raises(opt.UsageError, match="^--knowledge and --no-knowledge contradict each other: give one$"):
+        opt.build_config(model="builtin", base_url=None, role_models=[], iterations=1, time_budget=None, branches=1,
+                         device="cpu", precision=None, trials=1, token_budget=None, cost_budget=None, prices=[],
+                         profile="off", review="none", knowledge="k.jsonl", use_knowledge=False)
+    cfg = opt.build_config(model="builtin", base_url=None, role_models=[], iterations=1, time_budget=None, branches=1,
+                           device="cpu", precision=None, trials=1, token_budget=None, cost_budget=None, prices=[],
+                           profile="off", review="none", knowledge=str(tmp_path / "k.jsonl"))
+    assert cfg.knowledge == str(tmp_path / "k.jsonl") and cfg.use_knowledge
+
+
+def test_chat_takes_the_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelwright import api
+    from kernelwright import chat as chat_mod
+
+    seen: dict[str, Any] = {}
+
+    def fake_chat(*, start: Any, **kw: Any) -> int:
+        with start() as handle:
+            seen["knowledge"], seen["use"] = handle.config.knowledge, handle.config.use_knowledge
+        return 0
+
+    monkeypatch.setattr(chat_mod, "run_chat", fake_chat)
+    monkeypatch.setattr(cli, "_confinement", lambda *a, **k: True)
+    monkeypatch.setattr(api, "check_confinement", lambda *a, **k: None)
+    r = invoke("chat", PROBLEM, "--seed-kernel", SEED, "--device", "cpu", "--hosts", "off", "--no-knowledge",
+               "--run-dir", tmp_path / "runs")
+    assert r.exit_code == 0, r.output
+    assert seen == {"knowledge": None, "use": False}
