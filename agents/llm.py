@@ -394,7 +394,7 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, standing: str
                transcript: list[dict[str, Any]] | None = None, sibling_rank: int = 0, facts: str = "(not given)",
                evidence: str = "", inspirations: str = "(none)", predictions: str = "(none)",
                playbook: str | None = None, parent_label: str = "the kernel to improve",
-               steering: str = "", coder_can: str = "") -> Proposal:
+               steering: str = "", coder_can: str = "", swept: str = "") -> Proposal:
     """The strategist's one proposal. It is shown the analyst's diagnosis, not a copy of what the analyst read:
     `standing` is the parent's measured numbers in one line, and `evidence` (the rendered profile) is given
     only where the analyst was the builtin policy, whose reading is too thin to stand for it."""
@@ -405,7 +405,9 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, standing: str
     prompt = prompts.load("strategist").format(
         problem=problem, parent=parent, standing=standing, diagnosis=render_diagnosis(diagnosis),
         evidence=f"\nWhat the analyst read (the profile of the parent):\n{evidence}\n" if evidence else "",
-        history=history or "(none yet)", failed=", ".join(failed) or "(none)", siblings=siblings, facts=facts,
+        history=history or "(none yet)", siblings=siblings, facts=facts,
+        failed=(", ".join(failed) or "(none)") + (f"\nWhat the builtin's tuning measured around this kernel:\n{swept}"
+                                                   if swept else ""),
         inspirations=inspirations, predictions=predictions, parent_label=parent_label,
         playbook=playbook if playbook is not None else clip(prompts.playbook(), PLAYBOOK_CHARS))
     if coder_can:
@@ -428,7 +430,8 @@ _SHAPES_AND_FINISH = (
     "problem's shapes itself, so edit, quick_check and finish may come in one reply.")
 QUICK_CHECK_CPU = ("run the verifier on the current kernel (Triton's interpreter on the CPU: every correctness "
                    "trial and guard; nothing is timed) at the problem's own shapes." + _SHAPES_AND_FINISH)
-QUICK_CHECK_GPU = ("compile the current kernel and run it on the GPU on one input set plus the problem's test "
+QUICK_CHECK_GPU = ("compile the current kernel and run it on the GPU on one input set of each family (base, sign-flipped, "
+                   "rescaled, heavy-tailed) plus the problem's test "
                    "inputs, with every guard, against the reference, and time it roughly at the problem's size (one "
                    "measurement, labelled rough, never used to admit anything; seconds in all)." + _SHAPES_AND_FINISH)
 
@@ -459,12 +462,20 @@ def coverage_note(problem: str) -> str:
 
 
 def write(model: BaseChatModel, problem: str, quick_check: QuickCheck, *, usage: Usage | None = None,
-          rounds: int = 16, facts: str = "(not given)",
-          quick_check_text: str = QUICK_CHECK_CPU) -> tuple[str | None, list[dict[str, Any]]]:
-    """Write a first kernel for the problem from its reference (no seed kernel given), with the coder's tools."""
+          rounds: int = 16, facts: str = "(not given)", quick_check_text: str = QUICK_CHECK_CPU,
+          rejected: tuple[str, str] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """Write a first kernel for the problem from its reference (no seed kernel given), with the coder's tools.
+    `rejected`: (an earlier attempt's source, the full verifier's verdict on it) — this attempt starts from that
+    source and is told why it was rejected, to repair it rather than start over."""
     prompt = prompts.load("writer").format(problem=problem, facts=facts, quick_check=quick_check_text,
                                            contract=prompts.contract())
-    return _edit(model, "", prompt, quick_check, usage if usage is not None else Usage(), rounds)
+    start = ""
+    if rejected is not None:
+        start, verdict = rejected
+        prompt += ("\n\n## Your previous attempt, rejected by the full verifier\nIt passed the quick check, but the "
+                   f"full verification (every input family, more trials) rejected it:\n{verdict}\nThe editor starts "
+                   "with that attempt's source: repair it (view_kernel shows it).")
+    return _edit(model, start, prompt, quick_check, usage if usage is not None else Usage(), rounds)
 
 
 def _edit(model: BaseChatModel, start: str, prompt: str, quick_check: QuickCheck, usage: Usage,

@@ -150,25 +150,35 @@ def _evidence(ctx: RunContext, h: str) -> Profile:
     return ctx.evaluations.evidence(h)
 
 
+SEED_REPAIRS = 2
+"""attempts the first-kernel writer gets, beyond one per branch, to repair a kernel the full verifier rejected
+when no attempt has passed yet (a tolerance missed by one element of millions need not end the run)"""
+
+
 def _write_seed(ctx: RunContext) -> tuple[str | None, str | None]:
-    """No seed kernel was given: the coder's model writes `branches` candidates from the reference (one shot
-    each); the best verified one seeds the archive. Attempts, usage and transcripts go to run.json/config.
+    """No seed kernel was given: the coder's model writes `branches` candidates from the reference; the best
+    verified one seeds the archive. While none has passed, up to `SEED_REPAIRS` more attempts each start from the
+    last rejected kernel, told the verifier's verdict. Attempts, usage and transcripts go to run.json/config.
     Returns (the seed's hash or None, the provider's failure when it is down for good)."""
     run, cfg = ctx.run, ctx.config
     spec = cfg.model_for("coder")
     attempts: list[dict[str, Any]] = []
     best: tuple[float, str] | None = None
     provider_down = None
+    rejected: tuple[str, str] | None = None
     n = max(1, cfg.branches)
-    for k in range(n):
-        attempt_words = f"attempt {k + 1} of {n}"
+    for k in range(n + SEED_REPAIRS):
+        if k >= n and (best is not None or rejected is None):
+            break  # one per branch, then repairs only while nothing passed and a rejected kernel can be repaired
+        attempt_words = f"attempt {k + 1} of {n}" if k < n else f"repair {k - n + 1} of {SEED_REPAIRS}"
         run.set_phase(f"writing the first kernel ({attempt_words}) with {spec}")
         usage = ctx.models.usage(spec, "coder", f"first kernel, {attempt_words}")
         transcript: list[dict[str, Any]] = []
         error = kind = None
         try:
             src, transcript = llm.write(ctx.models.chat_model(spec), run.problem_source(), quick_check(ctx), usage=usage,
-                                        facts=_facts(ctx, 0), quick_check_text=_quick_check_text(ctx, 0))
+                                        facts=_facts(ctx, 0), quick_check_text=_quick_check_text(ctx, 0),
+                                        rejected=rejected if k >= n else None)
             error = None if src else "no kernel that passes the quick check"
         except (llm.ProviderError, llm.ModelError) as e:
             src, (error, kind) = None, _failure(e)
@@ -177,8 +187,10 @@ def _write_seed(ctx: RunContext) -> tuple[str | None, str | None]:
                                    "error_kind": kind}
         if src is not None:
             run.set_phase(f"verifying the first kernel ({attempt_words}) on {cfg.device_for(k)}")
-            h, result = ctx.evaluations.evaluate(src, cfg.device_for(k))
+            h, result = ctx.evaluations.evaluate(src, cfg.device_for(k % n))
             attempt.update(kernel=h, verdict=result.verdict, reason=str(result.reason))
+            if result.verdict == "fail":
+                rejected = (src, f"{result.reason}: {result.detail}"[:1500])
             if result.verdict == "pass":
                 score = (result.timing.speedup_vs_eager if result.timing else None) or 0.0
                 if best is None or score > best[0]:
@@ -216,20 +228,46 @@ def branch_inputs(state: State, ctx: RunContext) -> list[State]:
     out = []
     for i, parent in enumerate(state["parents"]):
         history = lineage_history(archive, parent)
+        swept, sweep_text, tuned_by = tuning_seen(ctx.run.trace(), parent)
         out.append({
             "generation": state["generation"], "branch": i, "parent": parent,
             "step_id": f"g{state['generation']}b{i}",
             "lineage_gains": lineage_gains(archive, parent, ctx.run.kernel),
-            "failed": tried_on(archive, parent),
+            "failed": list(dict.fromkeys([*tried_on(archive, parent), *swept])),
             "history": history,
             "sibling_rank": state["parents"][:i].count(parent),
             "plateaued": plateaued(history),
             "inspirations": briefing.inspiration_items(inspirations(archive, parent)),
             "predictions": prediction_record(archive, parent),
-            "parent_label": describe(archive, parent),
+            "parent_label": describe(archive, parent) + tuned_by,
+            **({"swept": sweep_text} if sweep_text else {}),
             **({} if steering.empty() else {"steering": steering.model_dump()}),
         })
     return out
+
+
+def tuning_seen(trace: list[dict[str, Any]], kernel: str) -> tuple[list[str], str, str]:
+    """What the builtin's tuning sweeps measured around `kernel` (a structural child, as written or as tuned), for
+    the roles that start from it: (the knob keys tried on exactly this kernel, which need no second try; a line per
+    variant measured, with its time or its failure; the words that say the tuner changed a knob of it)."""
+    keys: list[str] = []
+    lines: list[str] = []
+    tuned_by = ""
+    for r in trace:
+        t = r.get("tuning") or {}
+        if kernel not in (t.get("from"), t.get("child")):
+            continue
+        if t.get("child") == kernel and t.get("chose"):
+            tuned_by = f"; its knobs tuned by the builtin after the step: {t['chose']}"
+        tried = t.get("tried") or []
+        if t.get("from") == kernel and not t.get("chose"):
+            keys += [v["key"] for v in tried if v.get("key")]
+        start = f"{t['from_ms']:.4g} ms as written" if t.get("from_ms") else "as written"
+        lines.append(f"- the builtin's sweep of step {r.get('step_id')}'s child ({start}): " + "; ".join(
+            f"{v.get('key')} {v['median_ms']:.4g} ms" if v.get("median_ms") is not None
+            else f"{v.get('key')} {v.get('verdict')} ({v.get('reason')})" for v in tried)
+            + (f"; chosen: {t['chose']}" if t.get("chose") else "; none chosen"))
+    return keys, "\n".join(lines), tuned_by
 
 
 def _steering(state: State) -> Steering:
@@ -303,6 +341,11 @@ def _llm_analyst(state: State, ctx: RunContext) -> State:
 def _llm_strategist(state: State, ctx: RunContext) -> State:
     run = ctx.run
     spec = ctx.config.model_for("strategist")
+    analyst = (state.get("llm") or {}).get("analyst") or {}
+    if analyst.get("error_kind") == "provider" and analyst.get("model") == spec:
+        # the same provider just stayed down past the retry window for the analyst: the branch ends without a
+        # child now, instead of waiting out a second window (the run then stops, resumable, after one window)
+        return {"proposal": None, "no_moves": f"no proposal: {analyst.get('error')}"}
     usage, transcript = ctx.models.usage(spec, "strategist", state["step_id"]), []
     parent = state["parent"]
     parent_src = run.kernel(parent)
@@ -314,7 +357,8 @@ def _llm_strategist(state: State, ctx: RunContext) -> State:
                            parent=parent_src, standing=llm.standing(ctx.evaluations.cached(parent)),
                            diagnosis=Diagnosis.model_validate(state["diagnosis"]),
                            history=briefing.render_history(state.get("history") or []),
-                           failed=list(state.get("failed") or []), usage=usage, transcript=transcript,
+                           failed=list(state.get("failed") or []), swept=state.get("swept") or "",
+                           usage=usage, transcript=transcript,
                            sibling_rank=state.get("sibling_rank") or 0,
                            facts=_facts(ctx, state.get("branch") or 0, brief=True), evidence=evidence,
                            inspirations=briefing.render_inspirations(state.get("inspirations") or [], parent,

@@ -407,7 +407,7 @@ class Evaluator:
         memory that others' memory could explain. `alone`: admitted with nothing else of this process on the
         device (`MemoryLedger.admit(exclusive=True)`).
 
-        `quick`: the coder's quick check — one trial of the base family plus the problem's
+        `quick`: the coder's quick check — one trial of each input family plus the problem's
         `get_test_inputs()` sets (its general shapes), every guard, no timing but, on CUDA with timing on, one
         rough measurement for the draft's author (`_rough_time`: a check, never a `Timing`). Not a verdict anyone
         should trust for admission; it tells a draft's author about compile errors and wrong results in seconds."""
@@ -582,7 +582,8 @@ class Evaluator:
         result.tolerance, result.gold_precision = ref.base_tolerance, ref.gold_precision
         rng = random.Random(secrets.randbits(64))
         with self._ref_lock:
-            order = ref.schedule(1, self.policy.families[:1]) if quick else \
+            # quick: one trial of every family (a heavy-tailed draw shows a fragile reduction in seconds)
+            order = ref.schedule(1, self.policy.families) if quick else \
                 ref.schedule(self.policy.trials, self.policy.families)
             battery = ref.new_battery()
         rng.shuffle(order)

@@ -15,7 +15,7 @@ ALLOWED_IMPORTS = {
     "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.cuda",
     "triton", "triton.language", "triton.language.extra", "triton.language.extra.libdevice",
     "triton.language.extra.cuda", "triton.language.extra.cuda.libdevice", "triton.language.math",
-    "triton.runtime", "triton.testing",
+    "triton.runtime", "triton.testing", "triton.tools.tensor_descriptor",
 }
 """Modules a candidate may import (a module is allowed if it or a parent listed here is, except torch/triton
 internals below)."""

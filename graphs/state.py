@@ -53,6 +53,8 @@ class BranchState(TypedDict, total=False):
     """how the strategist's predictions held on this lineage, in a few lines"""
     parent_label: str
     """the parent in one line for the prompts: hash, where it came from, what is known of its speed"""
+    swept: str
+    """what the builtin's tuning sweeps measured around the parent (a structural child), a line per sweep"""
     no_moves: str | None
     """why the builtin strategist had nothing to propose, in one sentence"""
     steering: dict[str, Any] | None

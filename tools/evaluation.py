@@ -147,7 +147,7 @@ class Evaluations:
         log.info("warmed %s in %.1f s (the seed: %s)", device, time.monotonic() - t0, result.verdict)
 
     def quick(self, source: str, device: str) -> EvalResult:
-        """The coder's quick check of a draft: one trial of the base inputs plus the problem's
+        """The coder's quick check of a draft: one trial of each input family plus the problem's
         `get_test_inputs()` sets, every guard, no timing but a rough one on a GPU (a check named `rough_time`)
         (`Evaluator.evaluate(quick=True)`), in this run's evaluator and its workers. Not cached: a draft is not a
         candidate, and its verdict admits nothing."""
@@ -211,7 +211,8 @@ class Evaluations:
             if ev is None:
                 problem = problem_from_source(self.run.problem_source(), self.run.info().problem, self.precision,
                                               sizes=shape.sizes)
-                policy = EvalPolicy(trials=self.trials, spares=self.spares, timing=False)
+                # a variant is there for its shapes (a tail, a second chunk): the base family alone, in quick mode
+                policy = EvalPolicy(trials=self.trials, spares=self.spares, timing=False, families=("base",))
                 ev = Evaluator(problem, device, policy, pool=main.pool)
                 self._variant_evaluators[(device, shape.name)] = ev
             return ev

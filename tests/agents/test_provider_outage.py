@@ -223,6 +223,8 @@ def test_past_the_window_the_run_fails_resumably_and_resumes(tmp_path: Path, mon
         assert "-> no child" in t.output and "verifier: not run (no child: the model provider failed" in t.output
         (rec,) = RunStore(tmp_path).open(info.id).trace()
         assert rec["decision"]["reason"] == "provider_failed"
+        # the analyst waited out the window; the strategist, on the same provider, did not wait out a second one
+        assert rec["llm"]["analyst"]["error_kind"] == "provider" and "strategist" not in rec["llm"]
         from kernelwright.report import write_report
 
         page = write_report(RunStore(tmp_path).open(info.id), tmp_path / "report.html").read_text()

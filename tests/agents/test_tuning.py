@@ -329,3 +329,31 @@ def test_a_faster_child_failing_a_second_judgement_is_rejected_and_never_trusted
 def test_a_child_no_faster_than_its_parent_is_not_judged_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run, calls, rec = gpu_run(tmp_path, monkeypatch, structural_step(), tune_budget=0)  # 1.1 ms against 1.0
     assert calls == [SEED, FUSED] and rec.confirmation is None
+
+
+def test_what_a_sweep_measured_reaches_the_next_strategist_on_that_kernel() -> None:
+    """The sweep's variants are measured facts about the kernel a later step starts from: the keys tried on it are
+    not proposed again, each variant's time is shown, and a kernel the tuner changed says so in its label."""
+    from kernelwright.agents.roles import tuning_seen
+
+    tried = [{"key": "BLOCK_M=256", "median_ms": 0.536, "verdict": "pass", "reason": "ok"},
+             {"key": "BLOCK_M=512", "median_ms": None, "verdict": "fail", "reason": "runtime_error"}]
+    kept = [{"step_id": "g1b0", "tuning": {"from": "aaa", "from_ms": 0.506, "tried": tried, "chose": None}}]
+    keys, text, label = tuning_seen(kept, "aaa")
+    assert keys == ["BLOCK_M=256", "BLOCK_M=512"] and label == ""
+    assert "BLOCK_M=256 0.536 ms" in text and "BLOCK_M=512 fail (runtime_error)" in text and "none chosen" in text
+    chosen = [{"step_id": "g3b0", "tuning": {"from": "bbb", "child": "ccc", "tried": tried, "chose": "BLOCK_M=256"}}]
+    keys, text, label = tuning_seen(chosen, "ccc")
+    assert keys == [] and "tuned by the builtin after the step: BLOCK_M=256" in label and "chosen: BLOCK_M=256" in text
+    assert tuning_seen(chosen, "zzz") == ([], "", "")
+
+
+def test_the_strategist_is_shown_the_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelwright.agents import llm
+    from kernelwright.agents.schemas import Diagnosis
+
+    m = Scripted(script=[call("Proposal", PROPOSAL, 0)])
+    llm.strategise(m, problem="P", parent=SEED, standing="s", diagnosis=Diagnosis(**DIAGNOSIS), history="",
+                   failed=["BLOCK_M=256"], usage=llm.Usage(), swept="- the builtin's sweep: BLOCK_M=256 0.536 ms")
+    prompt = m.seen[0][0].content
+    assert "BLOCK_M=256\nWhat the builtin's tuning measured around this kernel:\n- the builtin's sweep" in prompt

@@ -87,6 +87,7 @@ CASES = [
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True", "module_patching"),
     ("import torch\nclass Lazy(torch.Tensor):\n    pass", "tensor_subclass"),
     ("import torch\nclass P(torch.nn.Parameter):\n    pass", "tensor_subclass"),
+    ("import triton.tools.disasm", "forbidden_import"),
     ("class M:\n    def __torch_function__(cls, *a):\n        pass", "tensor_subclass"),
     # programs waiting on one another (the candidate contract): spins on a reading atomic or a volatile load
     ("import triton.language as tl\ndef k(c):\n    while tl.atomic_add(c, 0) < 4:\n        pass", "inter_program_wait"),
@@ -208,6 +209,8 @@ OK_SNIPPETS = [
     "@triton.jit\ndef k(x, n, B: tl.constexpr):\n    tl.store(x + tl.arange(0, B), tl.zeros([B], tl.float32))\n",
     "from collections import namedtuple\nfrom dataclasses import dataclass\nimport functools, itertools, operator\n",
     "x = [1, 2]\nprint(len(x), x.__len__())\n",
+    # a host-side TMA descriptor (a plain dataclass over a tensor) may be built; the rest of triton.tools may not
+    "from triton.tools.tensor_descriptor import TensorDescriptor\n",
     # a lock its holder releases and a work counter are not waits on other programs' results
     "import triton.language as tl\ndef k(lock):\n    while tl.atomic_cas(lock, 0, 1) == 1:\n        pass\n"
     "    tl.atomic_xchg(lock, 0)\n",
