@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -21,6 +23,25 @@ from .roofline import cache_dir
 from .timing import Samples, flush_buffer, measure
 
 log = logging.getLogger(__name__)
+
+
+INDUCTOR_LOGGERS = ("torch._inductor", "torch._dynamo")
+
+
+@contextmanager
+def quiet_inductor() -> Iterator[None]:
+    """Inductor's own logging silenced while it compiles the baseline: max-autotune logs each candidate
+    configuration that does not fit the GPU (out of shared memory, say) as an error with its traceback, which is
+    part of its search, not a failure; a user reading the run's log must not take it for one. A compile that does
+    fail still raises, and is reported in one sentence (`compile_unavailable`)."""
+    saved = [(logging.getLogger(name), logging.getLogger(name).level) for name in INDUCTOR_LOGGERS]
+    for logger, _ in saved:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
 
 
 class BaselineTimer:
@@ -105,7 +126,8 @@ class BaselineTimer:
             if mode not in self._compiled_models:
                 with tf32_mode(self.ref.precision.allows_tf32):
                     self._compiled_models[mode] = torch.compile(self.ref.native, mode=mode)
-            summary = self._time(self._compiled_models[mode], pool, reps, max(warmup, 3)).summary()
+            with quiet_inductor():  # the compile (and autotuning) happens at the first call
+                summary = self._time(self._compiled_models[mode], pool, reps, max(warmup, 3)).summary()
         except Exception as e:  # noqa: BLE001 - a reference Inductor cannot compile is reported, not fatal
             err = f"torch.compile ({mode}) failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             self._compile_errors[mode] = err

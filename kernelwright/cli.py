@@ -336,8 +336,24 @@ NoKnowledgeOpt = Annotated[bool, typer.Option(
                            "not kept")]
 
 
+RESUME_KEEPS = ("device", "cluster", "actors", "hosts", "run_dir", "resume", "allow_unconfined")
+"""optimize's flags that mean something with --resume (where the run goes on, and where it is); the others are the
+run's own settings, kept from its start"""
+
+
+def _ignored_with_resume(ctx: typer.Context) -> list[str]:
+    """The run-setting flags given on the command line beside --resume: the resumed run keeps its own settings."""
+    def given(name: str) -> bool:  # by the enum's name: typer may carry a click of its own
+        source = ctx.get_parameter_source(name)
+        return getattr(source, "name", None) == "COMMANDLINE"
+
+    return [f"--{name.replace('_', '-')}" if name != "problem" else "PROBLEM" for name in ctx.params
+            if name not in RESUME_KEEPS and given(name)]
+
+
 @app.command("optimize")
 def optimize_cmd(
+    ctx: typer.Context,
     problem: Annotated[Optional[Path], typer.Argument(help="problem file (KernelBench format); omit with --resume")] = None,
     seed_kernel: SeedKernelOpt = None,
     model: ModelOpt = "builtin",
@@ -379,6 +395,10 @@ def optimize_cmd(
 
     # with --resume the run's own place decides (a Ray cluster's or here): the API checks it when it reopens it
     _confinement(allow_unconfined, here=not cluster and not resume)
+    ignored = _ignored_with_resume(ctx) if resume else []
+    if ignored:
+        err.print(f"ignored with --resume: {', '.join(ignored)} (a resumed run keeps the settings it was started "
+                  "with; only --device, --cluster, --actors, --hosts and --run-dir apply)", markup=False, highlight=False)
     try:
         summary = opt.run_optimize(
             problem=problem, seed_kernel=seed_kernel, model=model, base_url=base_url, role_models=role_model or [],

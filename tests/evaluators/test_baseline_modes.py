@@ -39,3 +39,21 @@ def test_a_runs_compile_mode_reaches_its_evaluators(tmp_path) -> None:  # type: 
     assert Evaluations(None, compile_mode="none").compile_mode is None  # type: ignore[arg-type]
     help_text = CliRunner().invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"}).output
     assert "--compile-mode" in help_text
+
+
+def test_inductors_search_does_not_reach_the_users_log(caplog) -> None:  # type: ignore[no-untyped-def]
+    """max-autotune logs each configuration that does not fit the GPU as an error with a traceback: part of its
+    search. While the baseline compiles, Inductor's loggers are silenced; afterwards they are as they were."""
+    import logging
+
+    from kernelwright.evaluators.baselines import quiet_inductor
+
+    search = logging.getLogger("torch._inductor.select_algorithm")
+    before = logging.getLogger("torch._inductor").level
+    with caplog.at_level(logging.DEBUG):
+        with quiet_inductor():
+            search.error("Exception No valid triton configs. OutOfMemoryError: out of resource: triton_mm")
+        assert "No valid triton configs" not in caplog.text
+        search.error("after the compile, errors are logged again")
+        assert "after the compile" in caplog.text
+    assert logging.getLogger("torch._inductor").level == before
