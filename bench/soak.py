@@ -60,55 +60,10 @@ MODEL = "openai:soak-model"
 POLL_S = 0.1
 """how often the orchestrator looks at the run directory and the child (it waits on files and states)"""
 
-PROBLEM_SRC = '''"""Elementwise add (the soak test's problem: small, so nothing but the loop costs time)."""
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x, y):
-        return x + y
-
-
-def get_inputs():
-    return [torch.randn(4096), torch.randn(4096)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-SEED_SRC = '''"""A seed for the add problem with two knobs the soak test's coder moves."""
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-BLOCK = 256
-NUM_WARPS = 4
-
-
-@triton.jit
-def add_kernel(x, y, o, n, BLOCK: tl.constexpr):
-    """o = x + y"""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    tl.store(o + offs, tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x, y):
-        out = torch.empty_like(x)
-        n = x.numel()
-        add_kernel[(triton.cdiv(n, BLOCK),)](x, y, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
-        return out
-'''
+# the add problem and its two-knob seed (BLOCK, NUM_WARPS) the graph tests use: small, so nothing but the loop
+# costs time
+PROBLEM_SRC = (ROOT / "tests" / "graphs" / "add_problem.py").read_text()
+SEED_SRC = (ROOT / "tests" / "graphs" / "add_seed.py").read_text()
 
 KNOBS = {"BLOCK": (64, 128, 256, 512, 1024, 2048), "NUM_WARPS": (1, 2, 4, 8)}
 
