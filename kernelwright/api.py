@@ -160,13 +160,17 @@ class RunHandle:
     def __init__(self, run: Run, config: RunConfig, models: dict[str, BaseChatModel] | None, fresh: bool) -> None:
         from langgraph.checkpoint.sqlite import SqliteSaver
 
+        from kernelwright.graphs.checkpoints import Pruner
         from kernelwright.graphs.optimize import builder
 
         self.run = run
         self.config = config
         self.context = RunContext.open(config, run, models)
         self._conn = sqlite3.connect(str(run.checkpoint_path), check_same_thread=False)
-        self._graph = builder().compile(checkpointer=SqliteSaver(self._conn))
+        saver = SqliteSaver(self._conn)
+        self._graph = builder().compile(checkpointer=saver)
+        self.pruner = Pruner(saver, run.id)
+        """keeps the run's checkpoint history bounded: the last generations, not every step of the night"""
         self._thread = {"configurable": {"thread_id": run.id}, "recursion_limit": 10_000}
         self._fresh = fresh
         self._closed = False
@@ -309,6 +313,8 @@ class RunHandle:
             self.run.set_phase(f"generation {gen}: {min(done + 1, n)} of {n} branches done")
         elif "archive" in update and self._generation is not None:
             self.run.set_phase(f"generation {self._generation[0]} archived")
+        if "archive" in update:
+            self.pruner.generation_ended()
 
     def _wait_for_reviews(self, desk: ReviewDesk, interrupts: Any) -> Any:
         """Post the paused steps, wait for at least one decision, and return the Command that resumes them
