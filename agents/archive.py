@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -114,6 +115,8 @@ class Archive(BaseModel):
     niches: dict[str, str] = Field(default_factory=dict, description="cell key -> entry id")
     failed: dict[str, list[str]] = Field(default_factory=dict, description="parent id -> proposal keys that failed")
     unmeasured: list[str] = Field(default_factory=list, description="verified but untimed children, oldest first")
+    revoked: dict[str, str] = Field(default_factory=dict,
+                                    description="entry id -> why: admitted, then failed a later judgement (never ranked)")
     steps: list[Step] = Field(default_factory=list)
     elite_size: int = 8
 
@@ -306,6 +309,51 @@ def stop_reason(archive: Archive, *, plateau_steps: int = 20, roofline_target: f
         if not any(s.decision == "elite" for s in recent):
             return f"no improvement in the last {plateau_steps} steps"
     return None
+
+
+def revoke(archive: Archive, kernel: str, why: str) -> Archive:
+    """The archive without `kernel` among its elites and niches: it passed once and failed a later judgement
+    with fresh draws, so it is never ranked, selected or reported as best again. Its entry stays (its
+    children's lineage goes through it) and `revoked` says why."""
+    a = archive.model_copy(deep=True)
+    a.elites = [e for e in a.elites if e != kernel]
+    a.niches = {k: v for k, v in a.niches.items() if v != kernel}
+    a.revoked[kernel] = why
+    return a
+
+
+FINAL_JUDGEMENTS = 2
+"""fresh judgements the best kernel passes again when a run stops, before it is reported as the run's best"""
+
+
+def recheck_best(archive: Archive, judge: Callable[[str], tuple[str, str]], *, times: int = FINAL_JUDGEMENTS,
+                 limit: int = 3) -> tuple[Archive, list[str]]:
+    """Judge the best kernel `times` more with fresh input draws (`judge(id) -> (verdict, detail)`) before a
+    run reports it: a verifier that draws inputs at random passes a numerically fragile kernel on a lucky
+    battery (a GroupNorm kernel with a one-pass variance passed two batteries in its run and failed the next
+    two, on heavy-tailed draws), and a run's result must not rest on one lucky draw. A kernel that fails is
+    revoked and the next best is judged, up to `limit` kernels. A judgement that errs (the evaluator, not the
+    kernel) leaves the kernel as it was. Returns the archive and one sentence per kernel judged."""
+    notes: list[str] = []
+    for _ in range(limit):
+        best = archive.best
+        if best is None:
+            break
+        failed = None
+        for i in range(times):
+            verdict, detail = judge(best.id)
+            if verdict == "error":
+                notes.append(f"{best.id[:12]}: judgement {i + 1} of {times} could not be made ({detail}); kept")
+                return archive, notes
+            if verdict != "pass":
+                failed = f"failed judgement {i + 1} of {times} with fresh draws: {detail}"
+                break
+        if failed is None:
+            notes.append(f"{best.id[:12]} judged again {times}x with fresh draws: passed")
+            return archive, notes
+        notes.append(f"{best.id[:12]} {failed}; no longer ranked")
+        archive = revoke(archive, best.id, failed)
+    return archive, notes
 
 
 # -- queries ----------------------------------------------------------------------------------------------

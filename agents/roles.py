@@ -24,7 +24,7 @@ from kernelwright.tools.review import ReviewDesk, Steering
 from . import briefing, llm, playbook
 from . import review as reviews
 from .archive import (Archive, Outcome, admit, describe, inspirations, lineage_history, prediction_record,
-                      select_parents, stop_reason, tried_on)
+                      recheck_best, select_parents, stop_reason, tried_on)
 from .archive import seed as seed_archive
 from .builtin import apply_proposal, diagnose, lineage_gains, propose
 from .context import RunContext
@@ -624,6 +624,12 @@ def spent_so_far(ctx: RunContext) -> dict[str, Any]:
     return {"tokens": tokens, "cost_usd": round(cost, 6)}
 
 
+def _judge_again(ctx: RunContext, h: str) -> tuple[str, str]:
+    """A fresh judgement of kernel `h` on the run's first device, as (verdict, detail)."""
+    result = ctx.evaluations.confirm(h, ctx.config.device_for(0))
+    return result.verdict, f"{result.reason}: {result.detail}"[:300]
+
+
 def archive_step(state: State, ctx: RunContext) -> State:
     """Admit the generation's children, write one trace record per step, decide whether to go on."""
     cfg, run = ctx.config, ctx.run
@@ -683,9 +689,16 @@ def archive_step(state: State, ctx: RunContext) -> State:
             stop = "search exhausted: " + (next((n for n in notes if n), None) or "no parent has a move left")
         if stop is None and ctx.stop_requested:
             stop, status = STOPPED_ON_REQUEST, STOPPED
+    said = stop
+    if stop is not None and stop != STOPPED_ON_REQUEST and not cfg.on_cpu and best is not None:
+        # the run's result is judged again before it is reported (`recheck_best`); a stop asked for is not held up
+        run.set_phase("judging the best kernel again with fresh draws")
+        archive, notes = recheck_best(archive, lambda h: _judge_again(ctx, h))
+        best = archive.best
+        said = f"{stop}; {'; '.join(notes)}" if notes else stop
     run.update(steps=len(archive.steps), tokens=spent["tokens"], cost_usd=spent["cost_usd"],
                best_kernel=best.id if best else None,
                best_speedup=best.speedup_vs_eager if best else None,
-               status=RUNNING if stop is None else status, stop_reason=stop,
+               status=RUNNING if stop is None else status, stop_reason=said,
                resumable=stop is not None and status in (STOPPED, FAILED), active_s=round(active, 3))
     return {"archive": store_archive(ctx, archive, state.get("generation", 0)), "stop": stop, "results": None}

@@ -213,3 +213,29 @@ def test_inspirations_show_other_elites_and_niches_never_the_lineage() -> None:
     assert ids[0] == "e2" and shown[0][0].startswith("elite #")
     assert describe(a, "c") == "c: the child of step g2b0 (C); 1.5 ms, 0.67x eager"
     assert describe(a, "seed") == "seed: the seed; 4 ms, 0.25x eager"
+
+
+def test_a_best_kernel_that_fails_a_fresh_judgement_is_revoked_and_the_next_is_judged(base: Archive) -> None:
+    from kernelwright.agents.archive import recheck_best
+
+    arch, _ = admit(base, "seed", "a", outcome("c1", 1.30))
+    arch, _ = admit(arch, "c1", "b", outcome("c2", 1.60, warps=8))
+    judged: list[str] = []
+
+    def judge(h: str) -> tuple[str, str]:  # c2 is fragile: it fails its second fresh battery
+        judged.append(h)
+        return ("fail", "wrong_output: heavy_tailed") if h == "c2" and judged.count("c2") == 2 else ("pass", "ok")
+
+    after, notes = recheck_best(arch, judge, times=2)
+    assert judged == ["c2", "c2", "c1", "c1"]
+    assert after.best.id == "c1" and "c2" not in after.elites and "c2" not in after.niches.values()
+    assert "c2" in after.entries and "heavy_tailed" in after.revoked["c2"]
+    assert notes[0].startswith("c2 failed judgement 2 of 2") and notes[1] == "c1 judged again 2x with fresh draws: passed"
+    assert arch.best.id == "c2", "recheck_best must not mutate its input"
+    # a revoked kernel is never selected as a parent again
+    assert "c2" not in select_parents(after, 8, random.Random(0))
+    # an evaluator that errs leaves the best as it was; every kernel failing leaves no best at all
+    kept, notes = recheck_best(arch, lambda h: ("error", "evaluator_error: worker died"))
+    assert kept.best.id == "c2" and "could not be made" in notes[0]
+    none, notes = recheck_best(arch, lambda h: ("fail", "wrong_output"), limit=5)
+    assert none.best is None and len(notes) == 3 and set(none.revoked) == {"c2", "c1", "seed"}

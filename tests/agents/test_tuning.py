@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
+from kernelwright.agents.archive import FINAL_JUDGEMENTS
 from kernelwright.agents.context import RunConfig, RunContext
 from kernelwright.agents.moves import knobs
 from kernelwright.agents.records import StepRecord
@@ -190,6 +191,10 @@ def gpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Any],
         ctx.close()
     assert not model.script, "every scripted answer was used"
     (record,) = [StepRecord.model_validate(r) for r in run.trace()]
+    # the run's best was judged twice more when it stopped (agents/archive.recheck_best): set those calls apart
+    final = calls[-FINAL_JUDGEMENTS:]
+    assert final == [run.kernel(run.info().best_kernel)] * FINAL_JUDGEMENTS, "the best is judged again at the end"
+    del calls[-FINAL_JUDGEMENTS:]
     return run, calls, record
 
 
@@ -319,7 +324,9 @@ def test_a_faster_child_failing_a_second_judgement_is_rejected_and_never_trusted
     finally:
         ctx.close()
     (rec,) = [StepRecord.model_validate(r) for r in run.trace()]
-    assert calls == [SEED, faster, faster]  # judged, then judged again
+    # judged, then judged again; the seed, still the best, judged again when the run stopped: this evaluator fails
+    # every second judgement, so the seed is revoked too and the run reports no best kernel
+    assert calls == [SEED, faster, faster, SEED] and run.info().best_kernel is None
     assert rec.confirmation is not None and rec.confirmation.verdict == "fail"
     assert rec.verdict == "fail" and rec.decision.decision != "elite"
     assert rec.child not in run.archive(1)["entries"]
