@@ -414,6 +414,10 @@ def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
             return False, "\n".join([*lines, f"{', '.join(shapes)}: not run (the problem's own shapes fail)"])
         variants = ctx.evaluations.quick_variants(source, device, shapes)
         lines += [v.line() for v in variants]
+        fixed = ctx.evaluations.fixed_sizes()
+        if fixed:  # say what no variant changes, so a path along those dimensions is not taken for tested
+            lines.append("not varied by any shape: " + ", ".join(f"{k}={v}" for k, v in fixed.items())
+                         + " (read only by get_init_inputs: the weights keep their shapes)")
         return all(v.passed or v.result is None for v in variants), "\n".join(lines)
 
     return check

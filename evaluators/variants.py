@@ -75,6 +75,20 @@ def size_constants(module: Any) -> dict[str, int]:
     return dict(sorted(found.items()))
 
 
+def fixed_constants(module: Any) -> dict[str, int]:
+    """The size-like module-level ints that only get_init_inputs() reads (KernelBench's hidden_size, out_features:
+    the shapes of the model's weights). The variants leave them as they are, so a path a kernel takes along
+    those dimensions (a ragged last block of output columns) is exercised only at the problem's own values; the
+    quick check says so."""
+    fn = getattr(module, "get_init_inputs", None)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return {}
+    varied = size_constants(module)
+    return dict(sorted((n, v) for n in code.co_names if n not in varied
+                       and type(v := module.__dict__.get(n)) is int and v >= MIN_SIZE))
+
+
 def module_at(source: str, path: str, sizes: dict[str, int]) -> Any:
     """A fresh execution of the problem with its size constants set (as the generated tests do it)."""
     return problem_from_source(source, path, sizes=sizes).module

@@ -19,7 +19,7 @@ from kernelwright.evaluators.cluster import Cluster, RemoteEvaluator, Slot
 from kernelwright.evaluators.facts import cpu_facts
 from kernelwright.evaluators.hosts import LocalSlot
 from kernelwright.evaluators.profiling import NcuReport, Profile, ncu_unavailable_reason, problem_bytes
-from kernelwright.evaluators.variants import VARIANTS, Shape, shapes_for
+from kernelwright.evaluators.variants import VARIANTS, Shape, fixed_constants, shapes_for
 
 from .runstore import Run, kernel_hash
 
@@ -168,6 +168,14 @@ class Evaluations:
                                   "get_inputs() reads)" for n in VARIANTS}
                 self._variants = ({s.name: s for s in shapes[1:]}, dropped)
             return self._variants
+
+    def fixed_sizes(self) -> dict[str, int]:
+        """The problem's size constants that no shape variant changes (read only by get_init_inputs: the weights'
+        shapes), for the quick check to name (`evaluators.variants.fixed_constants`)."""
+        try:
+            return fixed_constants(problem_from_source(self.run.problem_source(), self.run.info().problem).module)
+        except Exception:  # noqa: BLE001 - a problem that cannot be loaded here has no variants either
+            return {}
 
     def quick_variants(self, source: str, device: str, names: Sequence[str]) -> list[VariantCheck]:
         """The coder's quick check of a draft at shape variants, each judged apart by an evaluator of the problem

@@ -247,3 +247,28 @@ def test_on_a_real_gpu_the_quick_check_times_roughly_and_catches_the_tail(tmp_pa
         assert not [c for c in odd.result.checks if c.name == "rough_time"]  # variants are never timed
     finally:
         evaluations.close()
+
+
+def test_the_quick_check_names_the_sizes_no_variant_changes(tmp_path: Path) -> None:
+    """A size only get_init_inputs() reads (the weights' shapes: KernelBench's hidden_size) is never varied: the
+    reply says so, so that a ragged path along it is not taken for tested (a model asked, on level2/56)."""
+    problem = PROBLEM.replace("dim = 2048\n", "dim = 2048\nhidden = 24\n").replace(
+        "    def __init__(self):\n        super().__init__()\n",
+        "    def __init__(self, hidden):\n        super().__init__()\n        self.hidden = hidden\n").replace(
+        "def get_init_inputs():\n    return []", "def get_init_inputs():\n    return [hidden]")
+    run = RunStore(tmp_path).create("relu2h.py", problem)
+    evaluations = Evaluations(run, trials=1)
+    ctx = SimpleNamespace(config=SimpleNamespace(on_cpu=True, device_for=lambda branch: "cpu"),
+                          evaluations=evaluations, run=run)
+    try:
+        ok, msg = quick_check(ctx)(HONEST.replace("def __init__(self):", "def __init__(self, hidden):"),  # type: ignore[arg-type]
+                                   ("small",))
+    finally:
+        evaluations.close()
+    assert ok, msg
+    assert msg.splitlines()[1:] == ["small (batch_size=8, dim=512): pass", "not varied by any shape: hidden=24 (read "
+                                    "only by get_init_inputs: the weights keep their shapes)"]
+    # the problem without such a size says nothing of it
+    ok, msg = quick_check(SimpleNamespace(config=ctx.config, evaluations=Evaluations(
+        RunStore(tmp_path / "b").create("relu2.py", PROBLEM), trials=1), run=None))(HONEST, ("small",))  # type: ignore[arg-type]
+    assert ok and "not varied" not in msg, msg
