@@ -265,7 +265,8 @@ def tuning_seen(trace: list[dict[str, Any]], kernel: str) -> tuple[list[str], st
         start = f"{t['from_ms']:.4g} ms as written" if t.get("from_ms") else "as written"
         lines.append(f"- the builtin's sweep of step {r.get('step_id')}'s child ({start}): " + "; ".join(
             f"{v.get('key')} {v['median_ms']:.4g} ms" if v.get("median_ms") is not None
-            else f"{v.get('key')} {v.get('verdict')} ({v.get('reason')})" for v in tried)
+            else f"{v.get('key')} {v.get('verdict')} ({v.get('reason')}"
+                 + (f": {v['detail'][:120]}" if v.get("detail") else "") + ")" for v in tried)
             + (f"; chosen: {t['chose']}" if t.get("chose") else "; none chosen"))
     return keys, "\n".join(lines), tuned_by
 

@@ -57,6 +57,8 @@ class TunedVariant(BaseModel):
     """the verifier's reason code; suspect when its timing was flagged (never kept)"""
     median_ms: float | None = None
     """its median device time (None: not timed)"""
+    detail: str = ""
+    """why it failed, in the verifier's words, cut short (empty when it passed)"""
 
 
 class TuneRecord(BaseModel):
@@ -186,7 +188,8 @@ def tune(child_src: str, child_result: EvalResult, evaluate: Evaluate, budget: i
                 record.tried.append(TunedVariant(
                     key=key, what=", ".join(f"{k} {old} -> {v}" for k, old, v in changed), kernel=h,
                     verdict=result.verdict, reason="suspect" if rt is not None and rt.suspect else str(result.reason),
-                    median_ms=rt.median_ms if rt is not None else None))
+                    median_ms=rt.median_ms if rt is not None else None,
+                    detail="" if result.verdict == "pass" else " ".join((result.detail or "").split())[:160]))
                 if not _gain(best_ms, best_band, result):
                     break
                 assert rt is not None

@@ -353,6 +353,10 @@ def test_what_a_sweep_measured_reaches_the_next_strategist_on_that_kernel() -> N
     keys, text, label = tuning_seen(chosen, "ccc")
     assert keys == [] and "tuned by the builtin after the step: BLOCK_M=256" in label and "chosen: BLOCK_M=256" in text
     assert tuning_seen(chosen, "zzz") == ([], "", "")
+    # a failure says why, in the verifier's words (level2/37: "runtime_error" alone said nothing)
+    why = {**tried[1], "detail": "out of resource: shared memory, Required: 278552, Hardware limit: 232448"}
+    _, text, _ = tuning_seen([{"step_id": "g1b0", "tuning": {"from": "aaa", "tried": [why], "chose": None}}], "aaa")
+    assert "BLOCK_M=512 fail (runtime_error: out of resource: shared memory, Required: 278552" in text
 
 
 def test_the_strategist_is_shown_the_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

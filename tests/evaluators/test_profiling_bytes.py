@@ -314,3 +314,21 @@ def test_recorded_h100_csv_names_the_limits() -> None:
     assert (k.metrics["occupancy_limit_warps"], k.metrics["occupancy_limit_blocks"]) == (8, 32)
     assert k.metrics["waves_per_sm"] == pytest.approx(1.6)
     assert occupancy_limiter(k.metrics) == (["registers"], 5)
+
+
+def test_the_kernel_taking_the_time_keeps_its_nsight_line_when_text_is_cut() -> None:
+    """A small pre-pass launched before the main kernel must not push the main kernel's Nsight Compute line out
+    when the evidence is cut to fit (level2/37 on an H100: the line of the kernel taking 93 % was the one left out)."""
+    pre = [NcuKernel(name=f"round_to_tf32_{i}", metrics={"duration_us": 50.0, "memory_sol_pct": 80.0})
+           for i in range(2)]
+    main = NcuKernel(name="fused_gemm_swish_groupnorm", metrics={"duration_us": 1595.6, "compute_sol_pct": 61.0})
+    prof = Profile(timing=_timing(), kernels=_kernels(*[50_000_000] * 12), breakdown_unavailable="x" * 400,
+                   ncu=NcuReport(available=True, kernels=[*pre, main]))
+    text = render(prof, limit=1400)
+    assert "fused_gemm_swish_groupnorm" in text and "less useful line" in text
+    nsight = text[text.index("Nsight Compute (SOL"):].splitlines()
+    assert "fused_gemm_swish_groupnorm" in nsight[1], nsight  # first under the heading, the pre-passes after it
+    whole = render(prof).splitlines()
+    at = [i for i, line in enumerate(whole) if line.startswith("- ") and ("round_to_tf32_" in line
+                                                                           or "fused_gemm" in line)]
+    assert "fused_gemm" in whole[at[-3]] and all("round_to_tf32_" in whole[i] for i in at[-2:])
