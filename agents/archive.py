@@ -262,10 +262,6 @@ def _measured_ancestor(archive: Archive, entry: Entry) -> Entry:
     return entry
 
 
-def was_tried_and_failed(archive: Archive, parent_id: str, proposal_key: str) -> bool:
-    return proposal_key in archive.failed.get(parent_id, [])
-
-
 def select_parents(archive: Archive, k: int, rng: random.Random, explore: float = 0.25) -> list[str]:
     """K parents for the next generation.
 

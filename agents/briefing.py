@@ -11,7 +11,6 @@ parent's sources, stays under `STRATEGIST_EXTRA_CHARS`; the coder's under `CODER
 from __future__ import annotations
 
 import difflib
-import json
 from typing import Any, Callable
 
 FACTS_CHARS = 900
@@ -96,5 +95,3 @@ def render_history(history: list[dict[str, Any]], limit: int = HISTORY_CHARS) ->
     return "\n".join(lines)
 
 
-def render_json(obj: Any, limit: int) -> str:
-    return clip(json.dumps(obj, indent=1, default=str), limit)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kernelwright.tools.review import ACTION, DECISIONS, Decision, PendingReview, ReviewError, Steering, now
 
-from .schemas import Diagnosis, Proposal
+from .schemas import Proposal
 
 REVIEW_MODES = ("none", "proposals")
 """none: unattended (the default); proposals: each branch pauses after its strategist for a decision"""
@@ -183,10 +183,3 @@ def banned(proposal: dict[str, Any] | None, steering: Steering) -> str | None:
     return None
 
 
-def describe_diagnosis(d: dict[str, Any] | None) -> str:
-    if not d:
-        return "(none)"
-    try:
-        return f"{Diagnosis.model_validate(d).bottleneck}: {d.get('summary', '')}"
-    except ValidationError:
-        return str(d)

@@ -265,8 +265,6 @@ def runs_lines(infos: list[api.RunInfo], width: int | None = None, driver_gone: 
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
 
 
-_duration = prog.duration
-
 
 def _elapsed_s(created: str) -> float | None:
     try:
