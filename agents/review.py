@@ -115,7 +115,10 @@ def proposal_of(data: dict[str, Any], original: dict[str, Any] | None = None) ->
     if "what" not in merged:
         raise ReviewError("a proposal needs 'what': the change, concretely")
     if not original or merged.get("what") != original.get("what"):
-        merged["key"] = data.get("key") or "reviewer:" + " ".join(str(merged["what"]).split())[:60]
+        key = data.get("key")
+        if original and key == original.get("key"):  # a form that sends every field back (Agent Chat UI) kept it
+            key = None
+        merged["key"] = key or "reviewer:" + " ".join(str(merged["what"]).split())[:60]
     try:
         return Proposal.model_validate(merged).model_dump()
     except ValidationError as e:

@@ -25,7 +25,8 @@ def select(state: OptimizeState, runtime: Runtime[Context]) -> Update:
 
 def fan_out(state: OptimizeState, runtime: Runtime[Context]) -> list[Send]:
     """One branch per parent of the generation."""
-    return [Send("branch", b) for b in roles.branch_inputs(dict(state), runtime.context)]
+    chat = {"messages": state["messages"]} if state.get("messages") else {}
+    return [Send("branch", {**b, **chat}) for b in roles.branch_inputs(dict(state), runtime.context)]
 
 
 def analyst(state: BranchState, runtime: Runtime[Context]) -> Update:

@@ -9,6 +9,10 @@ with LangGraph's human-in-the-loop request, which Agent Chat UI shows with appro
 respond; the thread resumes with the UI's answer. On resume the `optimize` node starts again, rebuilds the
 context and the subgraph continues from its own checkpoint: nothing is redone.
 
+A chat client (Agent Chat UI) sends only `messages` and draws a thread, and its pauses, below its messages: the
+settings may come as the last human message (JSON, or `key=value` words: `problem=examples/softmax/problem.py
+iterations=2 device=cpu`), and the thread answers with a message when the run starts and when it ends.
+
 `checkpointer` (langgraph.json's "checkpointer") keeps the server's threads in runs/langgraph.sqlite, so
 they outlive a restart of `langgraph dev`.
 """
@@ -17,12 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 
 from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run
 from kernelwright.evaluators.sandbox import refusal_here
@@ -58,6 +66,8 @@ class ServeInput(TypedDict, total=False):
     runs_dir: str
     run_id: str | None
     """continue this run instead of creating one"""
+    messages: Annotated[list[AnyMessage], add_messages]
+    """a chat client's thread: the last human message may carry the settings above (JSON or key=value words)"""
 
 
 class ServeState(ServeInput, total=False):
@@ -81,7 +91,68 @@ def _settings(state: ServeState) -> RunConfig:
                      **({"provider_retry_window_s": float(window)} if window else {}))
 
 
+SETTINGS = tuple(k for k in ServeInput.__annotations__ if k != "messages")
+"""the settings a chat message may give"""
+
+
+def settings_from_chat(text: str) -> dict[str, Any]:
+    """The settings a chat message gives: a JSON object, or `key=value` words (numbers read as numbers). Raises
+    ValueError with one sentence for a message that is neither, or names a setting that does not exist."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            given = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"the message is not valid JSON ({e.msg} at character {e.pos})") from None
+        if not isinstance(given, dict):
+            raise ValueError("give the settings as a JSON object")
+    else:
+        given = {}
+        for word in shlex.split(text):
+            key, eq, value = word.partition("=")
+            if not eq:
+                raise ValueError(f"{word!r} is not key=value; give the settings as JSON or key=value words, e.g. "
+                                 "problem=examples/softmax/problem.py iterations=2 device=cpu")
+            given[key] = int(value) if value.isdigit() else value
+    unknown = [k for k in given if k not in SETTINGS]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not a setting; the settings are {', '.join(SETTINGS)}")
+    return given
+
+
+def _last_human(state: ServeState) -> str | None:
+    for m in reversed(state.get("messages") or []):
+        if isinstance(m, HumanMessage):
+            return m.content if isinstance(m.content, str) else " ".join(
+                p.get("text", "") for p in m.content if isinstance(p, dict))
+    return None
+
+
 def start(state: ServeState) -> dict[str, Any]:
+    """The run's settings (the input's, or a chat client's last message), then `_start`; a chat thread is told in
+    one message what started or why nothing did."""
+    chat = _last_human(state) if not state.get("problem") and not state.get("run_id") else None
+    given: dict[str, Any] = {}
+    if chat is not None:
+        try:
+            given = settings_from_chat(chat)
+        except ValueError as e:
+            return {"error": str(e), "status": "failed", "messages": [AIMessage(f"Nothing started: {e}.")]}
+    out = {**given, **_start({**state, **given})}  # type: ignore[typeddict-item]
+    if state.get("messages") is not None:
+        if out.get("error"):
+            out["messages"] = [AIMessage(f"Nothing started: {out['error']}")]
+        else:
+            review = (given.get("review") or state.get("review") or "proposals") == "proposals"
+            rid = out.get("run_id") or state.get("run_id")
+            out["messages"] = [AIMessage(
+                f"Run {rid} is under way" + (": each proposal pauses here for your decision (approve, edit or "
+                                              "reject it)." if review else ", unattended.")
+                + f" `kernelwright trace {rid}` follows it step by step.")]
+    return out
+
+
+def _start(state: ServeState) -> dict[str, Any]:
     """Create the run (or reopen `run_id`). Like every front door, it refuses to run candidates on this server
     where the OS sandbox cannot confine them, unless the server was started with KERNELWRIGHT_ALLOW_UNCONFINED=1
     (`sandbox.refusal_here`); on a Ray cluster the workers there decide."""
@@ -122,12 +193,22 @@ async def optimize(state: ServeState) -> dict[str, Any]:
     ctx = await asyncio.to_thread(_context, state)  # file I/O stays off the server's event loop
     inner = builder().compile()  # on the server's checkpointer, as a subgraph of this node
     try:
-        await inner.ainvoke(initial_state(), context=ctx)
+        # a chat thread's messages ride along: a client that streams subgraphs (Agent Chat UI) is sent the inner
+        # graph's states too, and draws a pause only below a message
+        chat = {"messages": state["messages"]} if state.get("messages") else {}
+        await inner.ainvoke({**initial_state(), **chat}, context=ctx)
     finally:
         await asyncio.to_thread(ctx.close)  # also while a review waits: the workers are not held for it
     info = await asyncio.to_thread(ctx.run.info)
-    return {"status": info.status, "stop_reason": info.stop_reason, "best_kernel": info.best_kernel,
-            "best_speedup": info.best_speedup}
+    out: dict[str, Any] = {"status": info.status, "stop_reason": info.stop_reason, "best_kernel": info.best_kernel,
+                           "best_speedup": info.best_speedup}
+    if state.get("messages") is not None:
+        best = (f"best kernel {info.best_kernel[:12]}" + (f", {info.best_speedup:.2f}x eager" if info.best_speedup
+                                                         else " (untimed on this device)")) if info.best_kernel \
+            else "no best kernel"
+        out["messages"] = [AIMessage(f"Run {info.id}: {info.status} ({info.stop_reason}); {best}. "
+                                     f"`kernelwright report {info.id}` shows every step.")]
+    return out
 
 
 def _route(state: ServeState) -> str:

@@ -30,9 +30,14 @@ class OptimizeState(TypedDict, total=False):
     """one summary per branch of the current generation (see `merge_results`)"""
     stop: str | None
     """why the run stopped, once it has"""
+    messages: list[Any]
+    """the served graph's chat (graphs/serve.py), carried unchanged so a chat client that streams subgraphs
+    (Agent Chat UI) still finds it in every state it is sent"""
 
 
 class BranchState(TypedDict, total=False):
+    messages: list[Any]
+    """as OptimizeState's"""
     step_id: str
     """g<generation>b<branch>: stable across a resume, so a replayed step is recognised"""
     generation: int

@@ -71,3 +71,16 @@ def test_bans_by_category_or_key_prefix() -> None:
     assert reviews.banned(PROPOSAL, s) == "BLOCK"
     assert reviews.banned({**PROPOSAL, "key": "STAGES=3", "category": "pipelining"}, s) is None
     assert reviews.banned(None, s) is None
+
+
+def test_an_edit_sent_back_with_every_field_gets_a_key_of_its_own() -> None:
+    """A form that sends every field back (Agent Chat UI) returns the original key beside a new `what`: the key
+    must not stay, or the builtin coder applies the original move under the edited words."""
+    original = {"category": "warps", "what": "NUM_WARPS 8 -> 4", "why": "fewer warps", "predicted_speedup": 1.05,
+                "key": "NUM_WARPS=4"}
+    edited = reviews.proposal_of({**original, "what": "NUM_STAGES 2 -> 3"}, original)
+    assert edited["what"] == "NUM_STAGES 2 -> 3" and edited["key"] == "reviewer:NUM_STAGES 2 -> 3"
+    # a key the reviewer changed is theirs; an unchanged `what` keeps the original key
+    assert reviews.proposal_of({**original, "what": "NUM_STAGES 2 -> 3", "key": "NUM_STAGES=3"},
+                               original)["key"] == "NUM_STAGES=3"
+    assert reviews.proposal_of({**original, "why": "reworded"}, original)["key"] == "NUM_WARPS=4"

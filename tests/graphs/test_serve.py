@@ -98,3 +98,43 @@ def test_a_bad_cluster_setting_fails_the_thread_with_one_sentence(tmp_path: Path
     assert lone["status"] == "failed" and "actors goes with cluster" in lone["error"]
     assert far["status"] == "failed" and "somewhere" in far["error"]
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())  # no run was left
+
+
+def test_a_chat_client_starts_a_run_with_a_message_and_is_answered_in_messages(tmp_path: Path) -> None:
+    """Agent Chat UI sends only messages and draws a pause below one: the settings come as key=value words (or
+    JSON) in the last human message; the thread says when the run starts and when it ends; with two branches
+    both pauses come through with the messages riding along the inner graph's states."""
+    runs, thread = tmp_path / "runs", {"configurable": {"thread_id": "chat"}}
+
+    async def go() -> tuple[dict, dict]:  # type: ignore[type-arg]
+        async with _graph(tmp_path / "lg.sqlite") as g:
+            text = f"problem={PROBLEM} seed_kernel={SEED} iterations=2 branches=2 device=cpu runs_dir={runs}"
+            out = await g.ainvoke({"messages": [{"role": "user", "content": text}]}, thread)
+            paused = out
+            first, second = out["__interrupt__"]
+            out = await g.ainvoke(Command(resume={first.id: {"decisions": [{"type": "approve"}]},
+                                                  second.id: {"decisions": [{"type": "approve"}]}}), thread)
+            return paused, out
+
+    paused, out = asyncio.run(go())
+    said = [m.content for m in paused["messages"] if m.type == "ai"]
+    assert len(said) == 1 and "is under way: each proposal pauses here for your decision" in said[0]
+    assert "__interrupt__" not in out and out["status"] == "finished"
+    said = [m.content for m in out["messages"] if m.type == "ai"]
+    assert said[-1].startswith(f"Run {out['run_id']}: finished (iteration budget reached (2 steps)")
+    trace = RunStore(runs).open(out["run_id"]).trace()
+    assert sorted(r["review"]["decision"] for r in trace) == ["approve", "approve"]
+
+
+def test_a_chat_message_that_gives_no_settings_is_answered_in_one_sentence(tmp_path: Path) -> None:
+    async def go(text: str) -> dict:  # type: ignore[type-arg]
+        async with _graph(tmp_path / "lg.sqlite") as g:
+            return await g.ainvoke({"messages": [{"role": "user", "content": text}]},
+                                   {"configurable": {"thread_id": text[:20]}})
+
+    for text, why in (("optimise my softmax please", "is not key=value"), ('{"problem": ', "not valid JSON"),
+                      ("problem=x.py color=red", "'color' is not a setting"),
+                      (f"problem={tmp_path / 'nope.py'} runs_dir={tmp_path / 'runs'}", "nope.py")):
+        out = asyncio.run(go(text))
+        (said,) = [m.content for m in out["messages"] if m.type == "ai"]
+        assert out["status"] == "failed" and said.startswith("Nothing started: ") and why in said, said
