@@ -26,11 +26,12 @@ import os
 import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict  # pydantic builds the input schema (Studio's form) only from this one on 3.11
 
 from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run
 from kernelwright.evaluators.sandbox import refusal_here

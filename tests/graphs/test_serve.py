@@ -138,3 +138,10 @@ def test_a_chat_message_that_gives_no_settings_is_answered_in_one_sentence(tmp_p
         out = asyncio.run(go(text))
         (said,) = [m.content for m in out["messages"] if m.type == "ai"]
         assert out["status"] == "failed" and said.startswith("Nothing started: ") and why in said, said
+
+
+def test_the_served_graph_has_an_input_schema_for_studios_form() -> None:
+    """langgraph-api serves the graph's input schema (Studio builds its input form from it); on Python 3.11 pydantic
+    builds it only from typing_extensions.TypedDict, and the server then answered input_schema: null."""
+    props = serve.graph.get_input_jsonschema()["properties"]
+    assert {"problem", "seed_kernel", "iterations", "device", "review", "messages"} <= set(props)
