@@ -49,12 +49,13 @@ def request(state: dict[str, Any], run_id: str) -> dict[str, Any]:
              f"Diagnosis: {diagnosis.get('bottleneck', '?')}: {diagnosis.get('summary', '')}".rstrip(": ")]
     if proposal:
         lines.append(f"Proposal ({proposal.get('category')}, predicted {proposal.get('predicted_speedup')}x): "
-                     f"{proposal.get('what')}\nWhy: {proposal.get('why')}")
+                     f"{proposal.get('what')}\n\nWhy: {proposal.get('why')}")
     else:
         lines.append(f"No proposal: {state.get('no_moves') or 'the strategist proposed nothing'}. "
                      "Respond with a proposal or a kernel of your own, or reject to skip the step.")
-    return {
-        "action_requests": [{"name": ACTION, "args": dict(proposal or {}), "description": "\n".join(lines)}],
+    return {  # the description's parts as paragraphs: a page renders it as markdown
+        "action_requests": [{"name": ACTION, "args": dict(proposal or {}), "description": "\n\n".join(lines)}],
+
         "review_configs": [{"action_name": ACTION, "allowed_decisions": allowed}],
         "kind": KIND, "run_id": run_id, "step_id": state["step_id"], "generation": state.get("generation", 0),
         "branch": state.get("branch", 0), "parent": state["parent"], "parent_label": state.get("parent_label", ""),
