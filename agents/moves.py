@@ -40,6 +40,7 @@ from itertools import combinations
 from typing import Literal, Union
 
 from .schemas import Category
+from kernelwright.evaluators import pyast
 
 _KNOB = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _LAUNCH_OPTIONS = ("num_warps", "num_stages")
@@ -387,7 +388,7 @@ def _knobs(source: str) -> tuple[tuple[str, Knob], ...]:
 
 def _read_knobs(source: str) -> dict[str, Knob]:
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return {}
     f = _File(tree)
@@ -504,7 +505,7 @@ def apply(source: str, move: AnyMove) -> str:
         lines[line - 1] = raw.decode()
     out = "".join(lines)
     try:
-        ast.parse(out)
+        pyast.parse(out)
     except SyntaxError as e:
         raise ValueError(f"rewriting {move.knob} would break the source: {e}") from e
     return out
@@ -525,7 +526,7 @@ def no_moves_reason(source: str, tried: set[str]) -> str:
     its knobs have no legal neighbour, or every single and pair move was tried (`tried`: proposal keys
     already tried from this parent). When moves are left, says how many."""
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except SyntaxError:
         return "The kernel's source does not parse, so the builtin policy cannot look for knobs in it."
     found = knobs(source)

@@ -20,6 +20,8 @@ from typing import Any, Literal
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import pyast
+
 log = logging.getLogger(__name__)
 
 Kind = Literal["matmul", "conv", "row_reduction", "strided", "elementwise"]
@@ -158,7 +160,7 @@ def source_kinds(source: str) -> list[str]:
     """The kinds of a problem read from its source alone (the names its code calls or reads), for a forward that
     cannot run on the meta device; ["elementwise"] when none is named, [] when the source does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return []
     names: set[str] = set()

@@ -193,8 +193,10 @@ def declared_variants(source: str) -> int:
     that does not parse."""
     import ast
 
+    from . import pyast
+
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return 0
 

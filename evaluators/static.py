@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from . import pyast
+
 ALLOWED_IMPORTS = {
     "__future__", "math", "typing", "functools", "itertools", "operator", "dataclasses", "collections",
     "enum", "numbers", "abc", "warnings",
@@ -452,7 +454,7 @@ class _Checker(ast.NodeVisitor):
 
 def check_source(source: str, *, allow_streams: bool = False) -> list[StaticViolation]:
     """All rule violations in a candidate's source, in source order. Raises SyntaxError if it does not parse."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
               for a in (*n.posonlyargs, *n.args, *n.kwonlyargs, *(x for x in (n.vararg, n.kwarg) if x))}

@@ -11,6 +11,8 @@ from typing import Protocol
 
 from langchain_core.tools import BaseTool, tool
 
+from kernelwright.evaluators import pyast
+
 
 class QuickCheck(Protocol):
     """source -> (passes, a bounded message for the model). `shapes`: shape variants to check besides the
@@ -27,7 +29,7 @@ SHAPES = ("small", "odd", "tail")
 def syntax_check(source: str) -> tuple[bool, str]:
     """The cheapest quick check: the file parses and compiles and defines ModelNew."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
         compile(tree, "kernel.py", "exec")
     except SyntaxError as e:
         return False, f"syntax error on line {e.lineno}: {e.msg}"
