@@ -74,6 +74,8 @@ class Evaluations:
         """(device, variant) -> the quick check's evaluator of the problem at that variant (local devices)"""
         self._variants: tuple[dict[str, Shape], dict[str, str]] | None = None
         self._variants_lock = threading.Lock()
+        self._fixed: dict[str, int] | None = None
+        """the size constants no variant changes (`fixed_sizes`), read once per run"""
         self._facts: dict[str, DeviceFacts] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -172,10 +174,14 @@ class Evaluations:
     def fixed_sizes(self) -> dict[str, int]:
         """The problem's size constants that no shape variant changes (read only by get_init_inputs: the weights'
         shapes), for the quick check to name (`evaluators.variants.fixed_constants`)."""
-        try:
-            return fixed_constants(problem_from_source(self.run.problem_source(), self.run.info().problem).module)
-        except Exception:  # noqa: BLE001 - a problem that cannot be loaded here has no variants either
-            return {}
+        with self._variants_lock:
+            if self._fixed is None:
+                try:
+                    module = problem_from_source(self.run.problem_source(), self.run.info().problem).module
+                    self._fixed = fixed_constants(module)
+                except Exception:  # noqa: BLE001 - a problem that cannot be loaded here has no variants either
+                    self._fixed = {}
+            return self._fixed
 
     def quick_variants(self, source: str, device: str, names: Sequence[str]) -> list[VariantCheck]:
         """The coder's quick check of a draft at shape variants, each judged apart by an evaluator of the problem
