@@ -100,16 +100,32 @@ def _words(diagnosis: Diagnosis | None) -> str:
     return " ".join([diagnosis.summary, *diagnosis.evidence]).lower() if diagnosis is not None else ""
 
 
+COMPUTE_KINDS = frozenset({"matmul", "conv"})
+"""kinds whose math takes a problem's time when present: with one of them, an entry only for the problem's other
+kinds (a row reduction in a GEMM's epilogue) speaks of the epilogue"""
+EPILOGUE_HITS = 2
+"""diagnosis words an epilogue-only entry must match to be shown (one generic word such as "grid" is not enough)"""
+
+
 def _shipped_score(e: PlaybookEntry, kinds: set[str], diagnosis: Diagnosis | None) -> int | None:
-    """How well a shipped entry fits (None: not this problem's kind): its kind, the bottleneck, the words."""
+    """How well a shipped entry fits (None: not this problem's kind): its kind, the bottleneck, the words.
+
+    On a problem with a compute kind (a GEMM with a group norm after it), an entry for none of its compute kinds
+    is about the epilogue: ranked after every entry for the GEMM (so in the few slots left, if any) and only when
+    the diagnosis names what it answers (`EPILOGUE_HITS` of its words). On level2/37 (issue 23) the standalone row reduction's entries (split long rows
+    over many programs, fewer rows per program) filled half of a GEMM strategist's playbook."""
     specific = bool(set(e.kinds) & kinds)
     if not specific and "any" not in e.kinds and kinds:
         return None
+    text = _words(diagnosis)
+    hits = min(3, sum(1 for k in e.keywords if k in text))
+    lead = kinds & COMPUTE_KINDS
+    if lead and "any" not in e.kinds and not set(e.kinds) & lead:
+        return hits - 3 if hits >= EPILOGUE_HITS else None
     score = 2 if specific else 1
     if diagnosis is not None and diagnosis.bottleneck in e.bottlenecks:
         score += 2
-    text = _words(diagnosis)
-    return score + min(3, sum(1 for k in e.keywords if k in text))
+    return score + hits
 
 
 def _learned_score(k: Knowledge, kinds: set[str], diagnosis: Diagnosis | None, run_gpu: str | None) -> int | None:

@@ -106,9 +106,29 @@ def test_a_matmul_is_shown_matmul_entries() -> None:
 
 def test_the_limit_and_a_fused_problem() -> None:
     assert len(choose_shipped(["matmul", "row_reduction"], None, limit=3)) == 3
-    both = {e.id for e in choose_shipped(["matmul", "row_reduction"], None, limit=9)}
-    assert {"split-rows", "matmul-more-stages"} <= both
     assert choose_shipped(["conv"], None) == [e for e in shipped() if "conv" in e.kinds]
+
+
+def test_a_gemm_with_a_reduction_after_it_is_shown_the_epilogues_entries_only_when_the_diagnosis_names_them() -> None:
+    """Level2/37 (a GEMM, then a group norm): the standalone row reduction's entries (split long rows over many
+    programs, fewer rows per program) filled half of the strategist's playbook, on a problem whose GEMM takes the
+    time. An entry for the epilogue's kind alone needs the diagnosis to name what it answers, and comes after."""
+    gemm = Diagnosis(bottleneck="latency", evidence=["grid of 1024 programs, 7.8 waves", "255 registers per thread"],
+                     summary="the GEMM's K loop waits on its loads")
+    fused = {e.id for e in choose_shipped(["matmul", "row_reduction"], gemm)}
+    assert fused and all("matmul" in e.kinds for e in shipped() if e.id in fused)
+    every = [e.id for e in choose_shipped(["matmul", "row_reduction"], gemm, limit=99)]
+    lead = [e.id for e in shipped() if "matmul" in e.kinds]
+    assert set(every[:len(lead)]) == set(lead)  # the GEMM's entries first, whatever the generic words matched
+    assert not {"split-rows", "fewer-rows-per-program"} & {e.id for e in choose_shipped(["matmul", "row_reduction"],
+                                                                                         None, limit=9)}
+    softmax_after = Diagnosis(bottleneck="memory", summary="the softmax epilogue reads the row twice",
+                              evidence=["a max pass, then a sum pass over the GEMM's output"])
+    chosen = [e.id for e in choose_shipped(["matmul", "row_reduction"], softmax_after, limit=9)]
+    assert "online-stats" in chosen
+    assert all("matmul" in e.kinds for e in shipped() for i in chosen[:chosen.index("online-stats")] if e.id == i)
+    # alone, the same row reduction is shown its entries as before
+    assert "split-rows" in {e.id for e in choose_shipped(["row_reduction"], gemm, limit=9)}
 
 
 def test_each_entry_says_the_gpu_it_was_measured_on() -> None:
