@@ -3,6 +3,10 @@ numerically fragile kernel passes some batteries and fails others; one pass says
 kernel N times on one evaluator (every evaluation draws its own inputs) and prints each verdict with its worst error.
 
     python bench/fresh_judgements.py PROBLEM KERNEL [KERNEL ...] [--times N] [--device cuda] [--precision P]
+        [--compile-mode max-autotune]
+
+Each line also gives the kernel's median against eager and against torch.compile in the mode asked for, all three
+measured in the same evaluation.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ def main() -> int:
     ap.add_argument("--times", type=int, default=4)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--precision", default=None)
+    ap.add_argument("--compile-mode", default="default", choices=["default", "max-autotune", "none"])
     args = ap.parse_args()
-    policy = EvalPolicy(precision=Precision(args.precision)) if args.precision else EvalPolicy()
+    policy = EvalPolicy(compile_mode=None if args.compile_mode == "none" else args.compile_mode,
+                        **({"precision": Precision(args.precision)} if args.precision else {}))
     ev = Evaluator(load_problem(args.problem), args.device, policy)
     rows = []
     try:
@@ -33,6 +39,10 @@ def main() -> int:
                 r = ev.evaluate(source)
                 worst = f"{r.max_rel_error:.3g}" if r.max_rel_error is not None else "-"
                 ms = f"{r.timing.median_ms:.4f}" if r.timing else "-"
+                if r.timing:
+                    ms += f" ({r.timing.speedup_vs_eager:.2f}x eager"
+                    ms += f", {r.timing.speedup_vs_compile:.2f}x compile {r.timing.compile_mode}, compile " \
+                          f"{r.timing.compile_ms:.4g} ms)" if r.timing.speedup_vs_compile else ")"
                 rows.append((Path(path).name, i + 1, r.verdict, r.reason, worst, ms, time.monotonic() - t0))
                 print(f"{Path(path).name} #{i + 1}: {r.verdict} {r.reason} worst {worst} median {ms} ms "
                       f"({time.monotonic() - t0:.0f} s) {'' if r.verdict == 'pass' else r.detail[:160]}", flush=True)
