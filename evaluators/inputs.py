@@ -4,6 +4,13 @@ A candidate that passes only on the problem's own input distribution (identity p
 inputs, code that assumes a structure) is caught by the other families: sign-flipped, rescaled and
 heavy-tailed versions of the problem's inputs, and the problem's `get_test_inputs()` when defined.
 Only floating-point tensors are transformed; integer inputs (indices, labels) keep their meaning.
+
+How extreme a heavy-tailed draw is where it matters is not left to chance: the first heavy-tailed draw of
+every battery (`pivots=True`) puts a value of the draw's own extreme magnitude at each tensor's pivot
+positions, the first element of every slice along its first dimension (a row's, a sample's, and so the first
+group's start). A reduction that shifts its sums by such an element (a one-pass variance taken around a group's
+first value) then loses its precision on every battery instead of on one in four (KernelBench level1/35_GroupNorm_
+on an H100, issue 23), while a sound one (two passes, Welford, Chan's merge) stays as exact as before.
 """
 
 from __future__ import annotations
@@ -46,13 +53,32 @@ def seeded_call(fn: Any, seed: int, device: torch.device | None = None) -> Any:
 
 
 CHUNK = 1 << 24
+T2_CLAMP = 1e4
+"""heavy-tailed values are kept within this many spreads of the mean (a finite, if extreme, input)"""
 
 
-def transform(family: str, inputs: list[Any], seed: int) -> list[Any]:
+def t2_extreme(n: int) -> float:
+    """The magnitude a Student-t draw with two degrees of freedom exceeds about once in `n` values (its
+    two-sided quantile: P(|T| > t) = 1 - t / sqrt(t^2 + 2) = 1 / n), within `T2_CLAMP`: the pivots' value."""
+    if n < 2:
+        return 1.0
+    c = 1.0 - 1.0 / n
+    return min(T2_CLAMP, c * math.sqrt(2.0 / (1.0 - c * c)))
+
+
+def pivot_view(y: torch.Tensor) -> torch.Tensor:
+    """The pivot positions of a contiguous tensor, as a writable view: the first element of every slice along
+    its first dimension (every row of a matrix; every sample's first group of an N x C x H x W batch)."""
+    return y.reshape(y.shape[0], -1)[:, 0] if y.dim() >= 2 and y.numel() else y.reshape(-1)[:1]
+
+
+def transform(family: str, inputs: list[Any], seed: int, pivots: bool = False) -> list[Any]:
     """Apply an input family to a set of inputs drawn from the problem's own `get_inputs()`.
 
     Runs where the inputs are (the GPU for a GPU evaluation), in slices, in float32 arithmetic (float64
-    for float64 inputs), so a transformed set of gigabytes costs no host memory and little device memory."""
+    for float64 inputs), so a transformed set of gigabytes costs no host memory and little device memory.
+    `pivots` (heavy-tailed only): the pivot positions (`pivot_view`) get mean ± spread x `t2_extreme(numel)`,
+    each sign drawn, so the draw's extremity sits where a shifted reduction takes its shift."""
     if family in ("base", TEST_FAMILY):
         return inputs
     out = []
@@ -89,7 +115,11 @@ def transform(family: str, inputs: list[Any], seed: int) -> list[Any]:
                 a = torch.randn(n, generator=g, dtype=work, device=x.device)
                 b = torch.randn(n, generator=g, dtype=work, device=x.device)
                 t = z / ((a * a + b * b) / 2).clamp_min_(1e-12).sqrt_()
-                yf[i:i + n] = (mean + std * t.clamp_(-1e4, 1e4)).to(x.dtype)
+                yf[i:i + n] = (mean + std * t.clamp_(-T2_CLAMP, T2_CLAMP)).to(x.dtype)
+            if pivots and yf.numel():
+                at = pivot_view(y)
+                signs = torch.randint(0, 2, (at.numel(),), generator=g, device=x.device).to(work) * 2 - 1
+                at.copy_((mean + std * t2_extreme(yf.numel()) * signs).to(x.dtype))
         else:
             raise ValueError(f"unknown input family {family!r}")
         out.append(like(x, y))

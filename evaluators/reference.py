@@ -208,7 +208,9 @@ class ReferenceSession:
         else:
             seed = derive_seed(self.seed, "battery", battery, family, index)
             base = seeded_call(self.problem.get_inputs, seed, self.device)
-            raw = transform(family, _cast_inputs(base, self.device, None), derive_seed(seed, "transform"))
+            # the first heavy-tailed draw of a battery puts its extremes at the pivots (inputs.py says why)
+            raw = transform(family, _cast_inputs(base, self.device, None), derive_seed(seed, "transform"),
+                            pivots=index == 0)
         return _cast_inputs(raw, self.device, self.precision.cast_dtype)
 
     def trial(self, family: str, index: int, battery: int) -> Trial | None:

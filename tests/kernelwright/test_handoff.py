@@ -25,7 +25,8 @@ import triton
 from typer.testing import CliRunner
 
 from kernelwright.evaluators import Timing
-from kernelwright.handoff import CPU_MAX_ELEMENTS, lineage, module_name, shapes_for
+from kernelwright.evaluators import inputs as verifier_inputs
+from kernelwright.handoff import CPU_MAX_ELEMENTS, SUPPORT_BODY, lineage, module_name, shapes_for
 from kernelwright.tools.runstore import RunStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -253,6 +254,76 @@ def test_shape_variants_from_size_constants() -> None:
                                         "        return x + 1\ndef get_inputs():\n    return [torch.randn(1000)]\n"
                                         "def get_init_inputs():\n    return []\n", "p.py")
     assert [s.name for s in shapes] == ["problem"] and sizes == {} and shapes[0].elements == 1000
+
+
+def _support(precision: str = "fp32") -> dict:
+    """The generated support module's body (kernelwright/handoff_files/support.py.tmpl) as a namespace, with the
+    constants its header would set."""
+    ns: dict = {}
+    head = ("import math, os, sys, zlib\nfrom pathlib import Path\nimport torch\n__file__ = 'handoff_support.py'\n"
+            f"PRECISION = {precision!r}\nELEMENTS = {{}}\nCPU_MAX_ELEMENTS = 0\nFAMILIES = ()\nSHAPES = {{}}\n")
+    exec(compile(head + SUPPORT_BODY, "handoff_support.py", "exec"), ns)
+    return ns
+
+
+def test_heavy_tailed_pivots_drawn_as_the_verifier_draws_them() -> None:
+    """The hand-off's own copy of the input families (its tests need torch only) puts the first heavy-tailed
+    set's extreme values where the verifier's does, at the same magnitude: the start of every slice along each
+    input's first dimension, at the Student-t(2) quantile exceeded once in numel values."""
+    ns = _support()
+    torch.manual_seed(0)
+    for shape in [(6, 5, 7), (33,), (1, 4, 3, 3)]:
+        x = torch.randn(*shape) * 3 + 1
+        rows = shape[0] if len(shape) >= 2 else 1
+        for pivots in (True, False):
+            (theirs,) = ns["transform"]("heavy_tailed", [x], 11, pivots=pivots)
+            (ours,) = verifier_inputs.transform("heavy_tailed", [x], 11, pivots=pivots)
+            std, mean = (float(v) for v in torch.std_mean(x))
+            for y in (theirs, ours):
+                at = ((y.reshape(rows, -1)[:, 0] - mean) / std).abs()
+                want = verifier_inputs.t2_extreme(x.numel())
+                assert ns["t2_extreme"](x.numel()) == pytest.approx(want)
+                if pivots:
+                    assert torch.allclose(at, torch.full_like(at, want), rtol=1e-4), (shape, at, want)
+                else:  # a plain draw: its values where they fall, almost never all at the extreme
+                    assert not torch.allclose(at, torch.full_like(at, want), rtol=1e-4)
+
+
+def test_the_handoffs_families_casting_and_error_measure_agree_with_the_verifiers() -> None:
+    """What the generated tests re-implement in torch alone (issue 25: about 300 lines, tied to nothing before):
+    the family names, the cast of each precision contract, the error measure, and each family's transform."""
+    from kernelwright.evaluators import Precision
+    from kernelwright.evaluators.compare import compare
+    from kernelwright.handoff import FAMILIES
+
+    assert FAMILIES == verifier_inputs.FAMILIES
+    for p in Precision:
+        assert _support(p.value)["CAST"] == p.cast_dtype, p
+    ns = _support()
+    torch.manual_seed(1)
+    ref = torch.randn(4099, dtype=torch.float64) * 5
+    for out in (ref + 1e-5 * torch.randn_like(ref), ref * 1.001, torch.where(ref > 4, ref + 1, ref)):
+        ours = compare(out.float(), ref, 1e-2, fused=False).max_rel
+        assert ns["max_error"](out.float(), ref) == pytest.approx(ours, rel=1e-6)
+    nan_out = ref.clone()
+    nan_out[7] = float("nan")
+    assert ns["max_error"](nan_out, ref) == float("inf") and not compare(nan_out, ref, 1e-2, fused=False).ok
+    x = torch.rand(64, 33) + 0.5
+    for family in ("sign_flip", "scaled", "heavy_tailed"):
+        (theirs,) = ns["transform"](family, [x], 5)
+        (ours,) = verifier_inputs.transform(family, [x], 5)
+        assert theirs.shape == ours.shape == x.shape and theirs.dtype == ours.dtype == x.dtype
+        if family == "sign_flip":
+            assert torch.equal(theirs, ours) and torch.equal(ours, -x)
+        elif family == "scaled":  # one factor 10^(+-0.5...2) for the whole tensor, drawn apart
+            for y in (theirs, ours):
+                factor = float((y / x).mean())
+                assert torch.allclose(y / x, torch.full_like(x, factor), rtol=1e-5)
+                assert 10 ** 0.5 * 0.999 <= max(abs(factor), 1 / abs(factor)) <= 100 * 1.001
+        else:  # Student-t(2) around the input's mean and spread: a median near the mean, tails far past it
+            for y in (theirs, ours):
+                assert abs(float(y.median()) - float(x.mean())) < 0.2 * float(x.std())
+                assert float((y - x.mean()).abs().max()) > 5 * float(x.std())
 
 
 @pytest.mark.slow
