@@ -15,6 +15,7 @@ functions of `judge.py`, and profiles are collected by `profiling.py`.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import random
@@ -26,7 +27,7 @@ from typing import Any
 
 import torch
 
-from . import gpu_monitor, sandbox, static
+from . import gpu_monitor, sandbox, static, torch_private
 from .baselines import BaselineTimer
 from .compare import degenerate_outputs
 from .device import resolve_device
@@ -147,11 +148,20 @@ def _free_bytes(device: torch.device, ledger: MemoryLedger, stated: int | None =
     return ledger.alone_bytes(measure(device, stated))
 
 
+@functools.cache
+def _say_untested_torch() -> None:
+    """Once per process: a torch outside the tested versions may change the private APIs the guards use."""
+    words = torch_private.untested()
+    if words:
+        log.warning(words)
+
+
 class Evaluator:
     """Judges candidates for one problem on one device. Reuse it: the reference and spare workers persist."""
 
     def __init__(self, problem: Problem, device: str | None = None, policy: EvalPolicy | None = None,
                  pool: WorkerPool | None = None, seed: int | None = None) -> None:
+        _say_untested_torch()
         self.problem = problem
         self.policy = policy or EvalPolicy()
         self.device = resolve_device(device)

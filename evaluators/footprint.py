@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from .problem import Problem
+from .torch_private import TorchDispatchMode, tree_flatten
 
 
 @dataclass

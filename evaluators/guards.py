@@ -23,7 +23,9 @@ from types import CodeType, FrameType
 from typing import Any, Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import torch_private
+from .torch_private import TorchDispatchMode
 
 from .compare import POISON_BITS, INT_VIEW
 from .static import ALLOWED_IMPORTS, NAMED_IMPORT_RULES
@@ -56,14 +58,13 @@ _IMPORT_SYSTEM_FILES = (os.path.join("importlib", "_bootstrap.py"), os.path.join
 
 # The dispatch state as the harness reads and repairs it after each forward: bound before any guard wraps
 # the module attributes, so the check never goes through a wrapper (nor through anything replaced later).
-_DISPATCH_LEN = torch._C._len_torch_dispatch_stack
-_DISPATCH_AT = torch._C._get_dispatch_stack_at
-_DISPATCH_PUSH = torch._C._push_on_torch_dispatch_stack
-_DISPATCH_POP = torch._C._pop_torch_dispatch_stack
-_KEY_EXCLUDED = torch._C._dispatch_tls_is_dispatch_key_excluded
-_SET_KEY_EXCLUDED = torch._C._dispatch_tls_set_dispatch_key_excluded
-_PYTHON_KEYS = tuple(getattr(torch._C.DispatchKey, k) for k in ("Python", "PythonTLSSnapshot")
-                     if hasattr(torch._C.DispatchKey, k))
+_DISPATCH_LEN = torch_private.dispatch_stack_len
+_DISPATCH_AT = torch_private.dispatch_stack_at
+_DISPATCH_PUSH = torch_private.dispatch_stack_push
+_DISPATCH_POP = torch_private.dispatch_stack_pop
+_KEY_EXCLUDED = torch_private.key_excluded
+_SET_KEY_EXCLUDED = torch_private.set_key_excluded
+_PYTHON_KEYS = torch_private.PYTHON_DISPATCH_KEYS
 
 
 class _Launch:
@@ -714,8 +715,8 @@ def _replace_everywhere(original: Any, replacement: Any) -> None:
 def _patch_escapes(guard: Guard) -> None:
     import inspect  # noqa: F401 - imported so sys.modules has every module of INTROSPECTION
 
-    import torch._ops  # noqa: F401 - imported so sys.modules has every owner of SWITCH_METHODS
-    import torch.utils._python_dispatch  # noqa: F401
+    # torch._ops and torch.utils._python_dispatch, every owner of SWITCH_METHODS, are in sys.modules: torch_private
+    # imported them
 
     def switch_judge(*names: str) -> Callable[[FrameType | None], bool]:
         wanted = frozenset(names)
@@ -780,7 +781,7 @@ def _guard_op_dk(guard: Guard, refuse: Callable, judge: Callable[[FrameType | No
     """OpOverload keeps `_op_dk` (call the op's kernel for one dispatch key, skipping the Python key) on each
     instance. A property on the class takes it over: the originals move out of every instance's __dict__,
     and each read hands out the refusing wrapper."""
-    from torch._ops import OpOverload
+    OpOverload = torch_private.OpOverload
 
     kept: dict[int, tuple[Any, Callable]] = {}  # id(op) -> (op, wrapped _op_dk); ops live as long as torch
 

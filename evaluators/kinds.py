@@ -18,9 +18,9 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import pyast
+from .torch_private import TorchDispatchMode
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
+
+from .torch_private import TorchDispatchMode
 
 log = logging.getLogger(__name__)
 

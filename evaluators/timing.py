@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import torch_private
+
 MIN_REPS = 30
 
 
@@ -140,7 +142,7 @@ class Repetition:
         self.device = device
         self.record = record or torch.cuda.Event.record
         self.elapsed = elapsed or torch.cuda.Event.elapsed_time
-        self.spin = spin or torch.cuda._sleep
+        self.spin = spin or torch_private.cuda_sleep
         self.sync = sync or (lambda: torch.cuda.synchronize(device))
         self.clock = clock
         self.flush = flush if flush is not None else flush_buffer(device)

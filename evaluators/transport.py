@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from . import torch_private
 from .compare import fingerprint
 from .ipc import IpcError, Opener
 from .pool import Worker, WorkerFault
@@ -38,7 +39,7 @@ def _spec(x: Any) -> dict[str, Any] | None:
     if not isinstance(x, torch.Tensor):
         return None
     stride = list(x.stride())
-    dense = all(s > 0 or n <= 1 for n, s in zip(x.shape, stride)) and not torch._debug_has_internal_overlap(x)
+    dense = all(s > 0 or n <= 1 for n, s in zip(x.shape, stride)) and not torch_private.has_internal_overlap(x)
     if not dense:  # an expanded or overlapping layout: the worker gets a contiguous copy
         stride, acc = [], 1
         for n in reversed(list(x.shape)):

@@ -52,7 +52,7 @@ def _device_setup(device: str) -> Any:
 
 
 def _passthrough_mode() -> Any:
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from .torch_private import TorchDispatchMode
 
     class _Passthrough(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
@@ -141,7 +141,7 @@ class Session:
     def __init__(self, sock: socket.socket, device: str, scratch: str, profiled: bool = False,
                  allow_unconfined: bool = False, gpu_lock: tuple[str, str] | None = None,
                  wait_go: bool = False) -> None:
-        from . import guards, sandbox, wire
+        from . import guards, sandbox, torch_private, wire
         from .locks import shared_use
 
         import torch
@@ -188,7 +188,7 @@ class Session:
         if self.dev.type == "cuda":  # the timing primitives, as they were before any candidate ran
             self._record = torch.cuda.Event.record
             self._elapsed = torch.cuda.Event.elapsed_time
-            self._spin = torch.cuda._sleep
+            self._spin = torch_private.cuda_sleep
         else:
             self._record = self._elapsed = self._spin = None
         self._perf = time.perf_counter
