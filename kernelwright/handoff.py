@@ -37,7 +37,7 @@ from typing import Any
 from kernelwright.api import UsageError, open_run
 from kernelwright.evaluators import EvalResult, Precision, ProblemError, problem_from_source
 from kernelwright.evaluators.variants import SMALL_TARGET, Shape, shapes_for
-from kernelwright.tools.runstore import Run
+from kernelwright.tools.runstore import Run, RunError
 
 CPU_MAX_ELEMENTS = 1 << 22
 """input elements above which a shape is too slow for Triton's interpreter: on the CPU it is skipped"""
@@ -73,17 +73,10 @@ def resolve_kernel(run: Run, given: str | None) -> str:
             raise UsageError(f"run {run.id} has no best kernel yet (no kernel has passed verification); "
                              "name one with --kernel HASH")
         return best
-    wanted = given.strip().lower()
-    if not re.fullmatch(r"[0-9a-f]{1,16}", wanted):
-        raise UsageError(f"{given!r} is not a kernel hash (16 hex digits, or a unique prefix of them)")
-    hashes = sorted(p.stem for p in (run.path / "kernels").glob("*.py"))
-    matches = [h for h in hashes if h.startswith(wanted)]
-    if not matches:
-        raise UsageError(f"run {run.id} has no kernel {given}")
-    if len(matches) > 1:
-        shown = ", ".join(matches[:4]) + (", ..." if len(matches) > 4 else "")
-        raise UsageError(f"{given} is the prefix of {len(matches)} kernels of run {run.id} ({shown}): give more digits")
-    return matches[0]
+    try:
+        return run.find_kernel(given)
+    except RunError as e:
+        raise UsageError(str(e)) from None
 
 
 def module_name(problem_path: str) -> str:

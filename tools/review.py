@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .runstore import Run, atomic_write
+from .runstore import Run, RunError, atomic_write
 
 DecisionType = Literal["approve", "edit", "reject", "respond"]
 DECISIONS: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
@@ -248,11 +248,10 @@ class ReviewDesk:
 
     def kernel(self, prefix: str) -> str:
         """The one kernel of the run whose hash starts with `prefix`."""
-        matches = sorted(p.stem for p in (self.run.path / "kernels").glob(f"{prefix}*.py"))
-        if len(matches) != 1:
-            raise ReviewError(f"pin {prefix}: " + ("no kernel of this run starts so" if not matches
-                                                   else f"{len(matches)} kernels start so; give more characters"))
-        return matches[0]
+        try:
+            return self.run.find_kernel(prefix)
+        except RunError as e:
+            raise ReviewError(f"pin {prefix}: {e}") from None
 
     def steering_log(self) -> list[SteerEntry]:
         path = self.run.path / "steering.jsonl"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -237,6 +238,22 @@ class Run:
 
     def kernel_path(self, h: str) -> Path:
         return self.path / "kernels" / f"{h}.py"
+
+    def find_kernel(self, given: str) -> str:
+        """The full hash of the one kernel of this run that `given` names or prefixes (hex digits only, so no
+        glob or path reaches the file system); a RunError in one sentence otherwise. The one lookup the hand-off
+        and the review desk's pin share."""
+        wanted = given.strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{1,16}", wanted):
+            raise RunError(f"{given!r} is not a kernel hash (16 hex digits, or a unique prefix of them)")
+        matches = sorted(p.stem for p in (self.path / "kernels").glob("*.py") if p.stem.startswith(wanted))
+        if not matches:
+            raise RunError(f"run {self.id} has no kernel {given}")
+        if len(matches) > 1:
+            shown = ", ".join(matches[:4]) + (", ..." if len(matches) > 4 else "")
+            raise RunError(f"{given} is the prefix of {len(matches)} kernels of run {self.id} ({shown}): "
+                           "give more digits")
+        return matches[0]
 
     def put_eval(self, h: str, result: dict[str, Any]) -> None:
         atomic_write(self.path / "evals" / f"{h}.json", json.dumps(result))

@@ -87,3 +87,21 @@ def test_stop_requests_and_drivers(desk: ReviewDesk) -> None:
     (desk.dir / "driver.json").write_text(json.dumps({**data, "pid": os.getpid()}))
     desk.release()
     assert desk.driver() is None
+
+
+def test_a_pin_names_a_kernel_by_its_hash_only(desk: ReviewDesk) -> None:
+    """The pin's lookup is the run's (`Run.find_kernel`, shared with the hand-off): a glob pattern used to reach
+    the file system as the prefix (`*` pinned the run's one kernel), and now is refused in one sentence."""
+    (h,) = [p.stem for p in (desk.run.path / "kernels").glob("*.py")]
+    assert desk.steer("pin", h[:5]).text == h
+    for bad, words in (("*", "is not a kernel hash"), ("../k", "is not a kernel hash"),
+                       ("ffffffffffff", f"run {desk.run.id} has no kernel ffffffffffff")):
+        with pytest.raises(ReviewError) as e:
+            desk.steer("pin", bad)
+        assert str(e.value).startswith(f"pin {bad}: ") and words in str(e.value)
+    desk.run.put_kernel("kernel B")
+    both = sorted(p.stem for p in (desk.run.path / "kernels").glob("*.py"))
+    common = next((a[:i] for a in both[:1] for i in range(len(a), 0, -1) if both[1].startswith(a[:i])), "")
+    if common:
+        with pytest.raises(ReviewError, match="give more digits"):
+            desk.steer("pin", common)
