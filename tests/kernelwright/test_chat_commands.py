@@ -76,7 +76,7 @@ def test_steering_commands_and_reading_the_run(chat: Chat) -> None:
     chat.command("/ban everything")
     assert "name a kind of move" in said(chat)
     chat.command("/pin ffff")
-    assert "no kernel of this run" in said(chat)
+    assert "has no kernel ffff" in said(chat)
     seed = api.open_run(chat.run_id, chat.runs_dir).info().config.seed_kernel or ""
     chat.command(f"/pin {seed[:8]}")  # not in the archive until the seed has been judged
     assert "not in the run's archive" in said(chat)

@@ -51,7 +51,7 @@ def test_steering_folds_in_order_and_survives_a_cut_line(desk: ReviewDesk) -> No
     desk.steer("ban", "warps")
     desk.steer("ban", "tiling")
     desk.steer("unban", "warps")
-    desk.steer("pin", desk.kernel(""))
+    desk.steer("pin", next((desk.run.path / "kernels").glob("*.py")).stem)
     with (desk.run.path / "steering.jsonl").open("a") as f:
         f.write('{"kind": "note", "te')  # a write cut short by a kill
     s = desk.steering()
@@ -59,7 +59,7 @@ def test_steering_folds_in_order_and_survives_a_cut_line(desk: ReviewDesk) -> No
     assert "focus on the reduction" in s.render() and "tiling" in s.render()
     with pytest.raises(ReviewError, match="needs a text"):
         desk.steer("note", "  ")
-    with pytest.raises(ReviewError, match="no kernel of this run"):
+    with pytest.raises(ReviewError, match="has no kernel ffff"):
         desk.steer("pin", "ffff")
     assert fold([SteerEntry(kind="note", text="a"), SteerEntry(kind="clear"), SteerEntry(kind="note", text="b")]).notes == ["b"]
     assert fold([SteerEntry(kind="pin", text="h"), SteerEntry(kind="unpin")]).pinned is None
