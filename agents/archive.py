@@ -119,6 +119,8 @@ class Archive(BaseModel):
                                     description="entry id -> why: admitted, then failed a later judgement (never ranked)")
     steps: list[Step] = Field(default_factory=list)
     elite_size: int = 8
+    seed_origin: str = "the seed"
+    """how prompts name the kernel the run started from: the seed given, or the first kernel the model wrote"""
 
     @property
     def best(self) -> Entry | None:
@@ -151,8 +153,9 @@ def _key(cell: tuple[int, int, int, str]) -> str:
     return "/".join(map(str, cell))
 
 
-def seed(archive: Archive, outcome: Outcome) -> Archive:
-    """Start the archive from a verified seed kernel."""
+def seed(archive: Archive, outcome: Outcome, origin: str | None = None) -> Archive:
+    """Start the archive from a verified seed kernel; `origin` names it in prompts when it is not a seed the
+    user gave (a model-written first kernel was called "the seed", which the model took for a given kernel)."""
     if outcome.verdict != "pass":
         raise ValueError(f"the seed kernel is not verified correct ({outcome.reason})")
     entry = _entry(outcome, parent=None, generation=0, proposal_key=None)
@@ -160,6 +163,8 @@ def seed(archive: Archive, outcome: Outcome) -> Archive:
     new.entries[entry.id] = entry
     new.elites = [entry.id]
     new.niches[_key(entry.cell)] = entry.id  # type: ignore[arg-type]
+    if origin:
+        new.seed_origin = origin
     return new
 
 
@@ -422,7 +427,7 @@ def describe(archive: Archive, kernel: str) -> str:
     if e is None:
         return kernel[:12]
     made_by = next((s for s in reversed(archive.steps) if s.child_id == kernel), None)
-    origin = "the seed" if e.parent_id is None else (
+    origin = archive.seed_origin if e.parent_id is None else (
         f"the child of step {made_by.step_id or made_by.step} ({made_by.proposal_key})" if made_by else "a child")
     speed = (f"{e.median_ms:.4g} ms" + (f", {e.speedup_vs_eager:.2f}x eager" if e.speedup_vs_eager else "")
              if e.median_ms is not None else "verified correct, not timed")

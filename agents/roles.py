@@ -90,6 +90,7 @@ def seed(state: State, ctx: RunContext) -> State:
         return {}
     run, cfg = ctx.run, ctx.config
     h = run.info().config.seed_kernel
+    written = h is None
     if h is None:
         h, provider_down = _write_seed(ctx)
         if h is None:
@@ -110,7 +111,8 @@ def seed(state: State, ctx: RunContext) -> State:
     if result.verdict != "pass":
         run.update(status="failed", stop_reason=f"the seed kernel is rejected: {result.reason}: {result.detail}")
         return {"stop": f"the seed kernel is rejected ({result.reason})", "archive": {}}
-    archive = seed_archive(Archive(), outcome_of(h, result))
+    archive = seed_archive(Archive(), outcome_of(h, result),
+                           origin="the first kernel (the model wrote it from the reference)" if written else None)
     if result.timing is not None:
         if cfg.profile != "off":
             run.set_phase(f"profiling the seed kernel on {cfg.device_for(0)}")

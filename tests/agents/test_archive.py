@@ -218,6 +218,10 @@ def test_inspirations_show_other_elites_and_niches_never_the_lineage() -> None:
     assert ids[0] == "e2" and shown[0][0].startswith("elite #")
     assert describe(a, "c") == "c: the child of step g2b0 (C); 1.5 ms, 0.67x eager"
     assert describe(a, "seed") == "seed: the seed; 4 ms, 0.25x eager"
+    # a first kernel the model wrote is not called a seed (a model read "the seed" as a kernel it was given)
+    written = seed(Archive(), timed("first", 4.0), origin="the first kernel (the model wrote it from the reference)")
+    assert describe(written, "first") == "first: the first kernel (the model wrote it from the reference); 4 ms, 0.25x eager"
+    assert Archive.model_validate(written.model_dump()).seed_origin == written.seed_origin
 
 
 def test_a_best_kernel_that_fails_a_fresh_judgement_is_revoked_and_the_next_is_judged(base: Archive) -> None:
