@@ -89,6 +89,8 @@ def render_history(history: list[dict[str, Any]], limit: int = HISTORY_CHARS) ->
             bits.append(f"measured {h['measured_speedup']:.3f}×")
         if h.get("predicted_speedup") is not None:
             bits.append(f"predicted {h['predicted_speedup']:.2f}×")
+        if h.get("launched"):
+            bits.append(f"child launched {h['launched']}")
         lines.append("- " + "; ".join(bits))
     while len("\n".join(lines)) > limit and len(lines) > 1:
         lines.pop(0)

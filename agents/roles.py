@@ -223,13 +223,41 @@ def select(state: State, ctx: RunContext) -> State:
     return {"parents": parents, "generation": gen, "results": None}
 
 
+LAUNCHED_KERNELS = 2
+"""kernels of a child named in its history line (the rest counted)"""
+
+
+def _with_launch(ctx: RunContext, item: dict[str, Any]) -> dict[str, Any]:
+    """A history item with what its child launched (each kernel's grid, registers, spills, warps), where the
+    verifier passed it: a structural child that measured no better than its parent was otherwise only a speed-up
+    number, and the model guessed why two of them did nothing (level1/35_GroupNorm_, before issue 23's changes)."""
+    child = item.get("child")
+    if not child or item.get("verdict") != "pass":
+        return item
+    try:
+        data = ctx.run.eval(ctx.run.find_kernel(child)) or {}
+    except Exception:  # noqa: BLE001 - an unreadable verdict leaves the line as it was
+        return item
+    kernels = data.get("kernels") or []
+    parts = []
+    for k in kernels[:LAUNCHED_KERNELS]:
+        c = k.get("compiled") or {}
+        grid = "x".join(map(str, k["grids"][0])) if k.get("grids") else "?"
+        parts.append(" ".join([f"{k.get('name')} grid {grid}"] + [
+            f"{c[n]} {w}" for n, w in (("registers", "registers"), ("spills", "spills"), ("num_warps", "warps"))
+            if c.get(n) is not None]))
+    if len(kernels) > LAUNCHED_KERNELS:
+        parts.append(f"and {len(kernels) - LAUNCHED_KERNELS} more kernel(s)")
+    return {**item, "launched": ", ".join(parts)} if parts else item
+
+
 def branch_inputs(state: State, ctx: RunContext) -> list[State]:
     """One branch's input per parent of the generation, with what its strategist needs from the archive."""
     archive = load_archive(state, ctx)
     steering = ReviewDesk(ctx.run).steering()
     out = []
     for i, parent in enumerate(state["parents"]):
-        history = lineage_history(archive, parent)
+        history = [_with_launch(ctx, h) for h in lineage_history(archive, parent)]
         swept, sweep_text, tuned_by = tuning_seen(ctx.run.trace(), parent)
         out.append({
             "generation": state["generation"], "branch": i, "parent": parent,

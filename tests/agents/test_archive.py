@@ -248,3 +248,29 @@ def test_a_best_kernel_that_fails_a_fresh_judgement_is_revoked_and_the_next_is_j
     assert kept.best.id == "c2" and "could not be made" in notes[0]
     none, notes = recheck_best(arch, lambda h: ("fail", "wrong_output"), limit=5)
     assert none.best is None and len(notes) == 3 and set(none.revoked) == {"c2", "c1", "seed"}
+
+
+def test_the_history_says_what_a_judged_child_launched(tmp_path) -> None:
+    """A rejected structural child was only a speed-up number in the next prompts; the model guessed why two of
+    them did nothing. Its line now names its kernels' grids, registers, spills and warps (from its verdict)."""
+    from types import SimpleNamespace
+
+    from kernelwright.agents.briefing import render_history
+    from kernelwright.agents.roles import _with_launch
+    from kernelwright.tools.runstore import RunStore
+
+    run = RunStore(tmp_path).create("p.py", "source", {})
+    h = run.put_kernel("child source")
+    run.put_eval(h, {"verdict": "pass", "reason": "ok", "kernels": [
+        {"name": "_persistent", "launches": 30, "grids": [[264]],
+         "compiled": {"registers": 80, "spills": 0, "num_warps": 8}},
+        {"name": "_merge", "launches": 30, "grids": [[896, 1]], "compiled": {"registers": 40}},
+        {"name": "_third", "launches": 30, "grids": [[1]]}]})
+    item = {"proposal": "persistent-rounds", "decision": "rejected", "verdict": "pass", "child": h[:12],
+            "measured_speedup": 0.991, "predicted_speedup": 1.35}
+    line = render_history([_with_launch(SimpleNamespace(run=run), item)])
+    assert "child launched _persistent grid 264 80 registers 0 spills 8 warps, _merge grid 896x1 40 registers, " \
+           "and 1 more kernel(s)" in line and "measured 0.991×" in line
+    # a child that failed, or none, keeps its line as it was
+    assert _with_launch(SimpleNamespace(run=run), {**item, "verdict": "fail"}) == {**item, "verdict": "fail"}
+    assert _with_launch(SimpleNamespace(run=run), {**item, "child": None})["child"] is None
