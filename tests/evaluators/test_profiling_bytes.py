@@ -271,8 +271,30 @@ def _kernels(*per_forward: int) -> list[dict]:
 
 
 def test_design_bytes_sums_the_kernels() -> None:
-    assert design_bytes(_kernels(420_000_000, 420_000_000)) == (840e6, 2, 2)
+    assert design_bytes(_kernels(420_000_000, 420_000_000)) == (840e6, 2, 2, 0)
     assert design_bytes([{"name": "old record", "launches": 3}]) is None
+
+
+def test_a_launch_that_touches_less_than_its_arguments_counts_at_its_measured_bytes() -> None:
+    """Level1/35_GroupNorm_ (an H100, issue 23's repeat): a fused kernel and a clean-up launch over the few tiles it
+    deferred, both handed the whole 7.5 GB input and output. The estimate said the design needed 30.1 GB at best
+    and the kernel ran at "0.74x" of that floor; Nsight Compute measured 113 MB for the clean-up launch."""
+    kernels = [{"name": "_fused", "launches": 10, "grids": [[918_000]], "launches_per_forward": 1,
+                "arg_bytes_per_forward": 15.05e9},
+               {"name": "_deferred", "launches": 10, "grids": [[4096]], "launches_per_forward": 1,
+                "arg_bytes_per_forward": 15.05e9}]
+    ncu = [NcuKernel(name="_fused_0d1d2d", metrics={"dram_read_bytes": 7.6e9, "dram_write_bytes": 7.5e9}),
+           NcuKernel(name="_deferred_0d1d", metrics={"dram_read_bytes": 60e6, "dram_write_bytes": 53e6})]
+    assert design_bytes(kernels) == (30.1e9, 2, 2, 0)
+    total, _, _, capped = design_bytes(kernels, ncu)
+    assert capped == 1 and total == 15.05e9 + 113e6  # the fused kernel's own estimate stands (below its measure)
+    t = _timing(median_ms=7.356, floor_ms=4.955, bytes=15.05e9, bandwidth=3.04e12, fraction_of_floor=4.955 / 7.356)
+    text = render(Profile(timing=t, kernels=kernels, ncu=NcuReport(available=True, kernels=ncu)))
+    assert "1 kernel counted at Nsight Compute's measured bytes" in text and "measured / design floor = 1.47×" in text
+    # with nothing measured, a design the kernels beat says so instead of a ratio below 1
+    text = render(Profile(timing=t, kernels=kernels))
+    assert "ran faster than the design floor estimated from their arguments" in text
+    assert "measured / design floor" not in text and "measured / problem floor = 1.48×" in text
 
 
 def test_bytes_lines_split_structure_from_inefficiency() -> None:
