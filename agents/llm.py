@@ -425,8 +425,7 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, standing: str
 
 _SHAPES_AND_FINISH = (
     " shapes (any of \"small\", \"odd\", \"tail\") also checks it at variants of the problem's size constants, each "
-    "reported apart: small (the sizes halved), odd (sizes no block divides), tail (the longest size at its real "
-    "magnitude with a ragged last block, 1024·k+37 or 512 -> 511). finish() runs the check at the "
+    "reported apart (the quick_check tool's description says how each is made). finish() runs the check at the "
     "problem's shapes itself, so edit, quick_check and finish may come in one reply.")
 QUICK_CHECK_CPU = ("run the verifier on the current kernel (Triton's interpreter on the CPU: every correctness "
                    "trial and guard; nothing is timed) at the problem's own shapes." + _SHAPES_AND_FINISH)
