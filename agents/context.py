@@ -11,19 +11,24 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from langchain_core.language_models import BaseChatModel
-
-from kernelwright.tools.evaluation import Evaluations
-from kernelwright.tools.review import ReviewDesk
 from kernelwright.tools.runstore import Run, RunError, RunInfo
 
-from .llm import PROVIDER_RETRY_WINDOW_S, Models
+from .review import REVIEW_MODES
+
+if TYPE_CHECKING:  # kept out of the import: the CLI reads the settings below without loading torch or a provider
+    from langchain_core.language_models import BaseChatModel
+
+    from kernelwright.tools.evaluation import Evaluations
+
+    from .llm import Models
 
 
-ACTORS_NEED_CLUSTER = "--actors goes with --cluster (the number of evaluation actors in the Ray cluster)"
+ACTORS_NEED_CLUSTER = (
+    "actors (the number of evaluation actors) need a Ray cluster to run on: give cluster too, or leave actors out")
+"""said by every front door, in the settings' own names (the CLI's flags are the same words with --)"""
 
 MAX_AUTO_SPARES = 8
 """the most spare workers a device keeps by default (each is a process that imported torch)"""
@@ -32,9 +37,18 @@ DEFAULT_ITERATIONS = 8
 """the step budget of a run given no budget at all (no iterations, time, token or cost budget)"""
 
 
+def _provider_retry_window_s() -> float:
+    """`llm.PROVIDER_RETRY_WINDOW_S`, read when a RunConfig is made (the model layer loads torch and langchain)."""
+    from .llm import PROVIDER_RETRY_WINDOW_S
+
+    return PROVIDER_RETRY_WINDOW_S
+
+
 @dataclass(kw_only=True)
 class RunConfig:
-    """How a run is configured (the flags of `kernelwright optimize`); saved in run.json, read on resume."""
+    """How a run is configured; saved in run.json, read on resume. The one place the run settings and their defaults
+    are written: every front door (the CLI, the MCP tools, the served graph) reads them (`default`, `CHOICES`,
+    `RANGES`, `settings_problem` below)."""
 
     device: str = "cpu"
     """a device, or a list of GPUs (cuda:0,cuda:1) over which the branches of a generation are spread; with
@@ -60,7 +74,7 @@ class RunConfig:
     """model spec -> [USD per million input tokens, per million output tokens]"""
     plateau_steps: int = 20
     """stop after this many steps without a new elite, and never before two generations (`plateau`)"""
-    provider_retry_window_s: float = PROVIDER_RETRY_WINDOW_S
+    provider_retry_window_s: float = field(default_factory=_provider_retry_window_s)
     """how long one model call's transient provider failures are retried with backoff; past it the run stops,
     status `failed`, resumable with `kernelwright optimize --resume`"""
     roofline_target: float | None = 0.9
@@ -177,6 +191,86 @@ class RunConfig:
         return self.device == "cpu"
 
 
+# -- the settings' defaults and allowed values, for every front door ---------------------------------------
+
+HOSTS_MODES = ("auto", "on", "off")
+PROFILE_MODES = ("auto", "torch", "off")
+COMPILE_MODES = ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead", "none")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+"""the precision contracts (None: the problem's PRECISION, else fp32)"""
+
+CHOICES: dict[str, tuple[str, ...]] = {"review": REVIEW_MODES, "hosts": HOSTS_MODES, "profile": PROFILE_MODES,
+                                       "compile_mode": COMPILE_MODES}
+"""the settings that take one of a few words: the CLI's choices, the MCP tools' enums, `check_settings`"""
+
+RANGES: dict[str, tuple[int, int | None]] = {"branches": (1, 64), "trials": (1, 100), "iterations": (1, None)}
+"""the whole-number settings' bounds (None: no upper one)"""
+
+MEANING = {"branches": "parents per generation, each a parallel branch",
+           "trials": "verifier trials per input family",
+           "iterations": "candidate children to evaluate in all"}
+"""what a bounded setting counts, for the sentence that refuses a bad value"""
+
+
+class DoorDefaults(NamedTuple):
+    """A front door's defaults that differ from RunConfig's, and why its purpose needs them."""
+
+    values: dict[str, Any]
+    why: str
+
+
+FRONT_DOOR_DEFAULTS: dict[str, DoorDefaults] = {
+    "optimize": DoorDefaults({}, "the unattended run: RunConfig's defaults as they are"),
+    "chat": DoorDefaults({"review": "proposals", "branches": 1},
+                         "a person reviews each proposal as it comes: it pauses for them, one branch at a time"),
+    "mcp": DoorDefaults({"review": "proposals"},
+                        "a chat client's model drives the run through reviews (no API key inside kernelwright)"),
+    "serve": DoorDefaults({"review": "proposals", "branches": 1},
+                          "Studio and Agent Chat UI exist to review proposals: a person decides each pause in turn"),
+}
+"""the only front-door defaults that are not RunConfig's (every front door reads them through `default`)"""
+
+
+def default(name: str, door: str | None = None) -> Any:
+    """A setting's default at a front door (`FRONT_DOOR_DEFAULTS`, else RunConfig's own); KeyError for a name that
+    is no setting."""
+    if door is not None and name in FRONT_DOOR_DEFAULTS[door].values:
+        return FRONT_DOOR_DEFAULTS[door].values[name]
+    f = {f.name: f for f in fields(RunConfig)}[name]
+    return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+
+
+def _words(choices: tuple[str, ...]) -> str:
+    return ", ".join(choices[:-1]) + " or " + choices[-1] if len(choices) > 1 else choices[0]
+
+
+def settings_problem(config: RunConfig) -> str | None:
+    """The first setting of `config` no run can take, in one sentence that names settings as RunConfig does (so it
+    reads the same from the CLI, the MCP server and the served graph); None when every setting is usable."""
+    for name, choices in CHOICES.items():
+        value = getattr(config, name)
+        if value not in choices:
+            return f"{name} {value!r}: use {_words(choices)}"
+    for name, (low, high) in RANGES.items():
+        value = getattr(config, name)
+        if value is None and name == "iterations":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            span = f"from {low} to {high}" if high is not None else f"of at least {low}"
+            return f"{name} {value!r}: use a whole number {span} ({MEANING[name]})"
+    if config.actors and not config.cluster:
+        return ACTORS_NEED_CLUSTER
+    return None
+
+
+def check_settings(config: RunConfig) -> None:
+    """RunSetupError with `settings_problem`'s sentence when a setting is unusable; every front door calls it (through
+    `settle_devices` when a run is created or moved, and earlier where it can say so before any work)."""
+    why = settings_problem(config)
+    if why:
+        raise RunSetupError(why)
+
+
 class RunContext:
     """One run's live resources. Build it with `open()`; `close()` stops its workers."""
 
@@ -203,6 +297,10 @@ class RunContext:
     def open(cls, config: RunConfig, run: Run, models: dict[str, BaseChatModel] | None = None) -> RunContext:
         """The resources for `run` under `config`. `models` gives ready chat models by spec (tests and
         applications that build their own clients); the others are built from their specs when first used."""
+        from kernelwright.tools.evaluation import Evaluations
+
+        from .llm import Models
+
         return cls(config, run, Evaluations(run, config.precision, config.trials, config.spares_per_device(),
                                             config.cluster, config.device, hosts=config.uses_hosts(),
                                             compile_mode=config.compile_mode),
@@ -215,6 +313,8 @@ class RunContext:
     @property
     def stop_requested(self) -> bool:
         """Asked here (`request_stop`) or by another process through the run's review desk."""
+        from kernelwright.tools.review import ReviewDesk
+
         return self._stop.is_set() or ReviewDesk(self.run).stop_requested()
 
     def active_seconds(self) -> float:
@@ -267,19 +367,16 @@ def settle_devices(config: RunConfig) -> None:
     RunSetupError, one sentence, for an unusable one."""
     from kernelwright.evaluators import DeviceError, resolve_device
 
-    if config.hosts not in ("auto", "on", "off"):
-        raise RunSetupError(f"hosts {config.hosts!r}: use auto, on or off")
+    check_settings(config)
     if config.cluster:
         check_cluster(config)
         return
-    if config.actors:
-        raise RunSetupError(ACTORS_NEED_CLUSTER)
     try:
         devs = [resolve_device(d.strip()) for d in config.device.split(",")] if config.device else [resolve_device(None)]
     except DeviceError as e:
         raise RunSetupError(str(e)) from None
     if len({d.type for d in devs}) > 1:
-        raise RunSetupError(f"--device {config.device}: list GPUs only (cuda:0,cuda:1) or cpu, not a mix")
+        raise RunSetupError(f"device {config.device}: list GPUs only (cuda:0,cuda:1) or cpu, not a mix")
     config.device = ",".join(dict.fromkeys(str(d) for d in devs))
 
 

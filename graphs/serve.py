@@ -33,7 +33,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict  # pydantic builds the input schema (Studio's form) only from this one on 3.11
 
-from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run
+from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run, default
 from kernelwright.evaluators.sandbox import refusal_here
 from kernelwright.tools.runstore import RunError, RunStore
 
@@ -54,6 +54,8 @@ class ServeInput(TypedDict, total=False):
     """how long a model call retries a provider's transient failures (default 900); past it the run stops with
     status failed (`kernelwright optimize --resume RUN_ID` continues it)"""
     branches: int
+    """parents per generation, each a parallel branch (default here: one, so each generation pauses once;
+    `context.FRONT_DOOR_DEFAULTS`)"""
     device: str
     """cpu, cuda, cuda:N or cuda:0,cuda:1 (default: cuda when the server has a GPU); with cluster: cuda or cpu"""
     cluster: str
@@ -80,16 +82,27 @@ class ServeState(ServeInput, total=False):
 
 
 def _settings(state: ServeState) -> RunConfig:
-    """The run's settings from the served graph's input: the same budgets as `kernelwright optimize`
-    (`RunConfig.step_budget`: iterations given or 8, or no step limit with a time budget alone)."""
+    """The run's settings from the served graph's input: a setting not given takes this front door's default
+    (`context.default(name, "serve")`: RunConfig's, or the documented exception), and the budgets are those of
+    `kernelwright optimize` (`RunConfig.step_budget`: iterations given or 8, or no step limit with a time budget
+    alone). A value given is kept as given (branches 0 too), so that `settle_devices` refuses it with the sentence
+    every front door says."""
     window = state.get("provider_retry_window_s")
+    branches, iterations = state.get("branches"), state.get("iterations")
     return RunConfig(device=state.get("device") or "", cluster=state.get("cluster") or "",
                      actors=int(state.get("actors") or 0),
-                     iterations=int(state["iterations"]) if state.get("iterations") else None,
+                     iterations=None if iterations is None else _whole(iterations),
                      time_budget_s=float(state["time_budget_s"]) if state.get("time_budget_s") else None,
-                     branches=int(state.get("branches") or 1), model=state.get("model") or "builtin",
-                     review=state.get("review") or "proposals",
+                     branches=default("branches", "serve") if branches is None else _whole(branches),
+                     model=state.get("model") or default("model"),
+                     review=state.get("review") or default("review", "serve"),
                      **({"provider_retry_window_s": float(window)} if window else {}))
+
+
+def _whole(value: Any) -> Any:
+    """A whole number given as a number or as digits (a chat message's words); anything else as it came, for
+    `settings_problem` to name."""
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else value
 
 
 SETTINGS = tuple(k for k in ServeInput.__annotations__ if k != "messages")
@@ -144,7 +157,7 @@ def start(state: ServeState) -> dict[str, Any]:
         if out.get("error"):
             out["messages"] = [AIMessage(f"Nothing started: {out['error']}")]
         else:
-            review = (given.get("review") or state.get("review") or "proposals") == "proposals"
+            review = (given.get("review") or state.get("review") or default("review", "serve")) == "proposals"
             rid = out.get("run_id") or state.get("run_id")
             out["messages"] = [AIMessage(
                 f"Run {rid} is under way" + (": each proposal pauses here for your decision (approve, edit or "
@@ -172,9 +185,6 @@ def _start(state: ServeState) -> dict[str, Any]:
     problem = state.get("problem")
     if not problem:
         return {"error": "give the problem file's path as 'problem'", "status": "failed"}
-    if state.get("actors") and not state.get("cluster"):
-        return {"error": "actors goes with cluster (the number of evaluation actors in the Ray cluster)",
-                "status": "failed"}
     seed = state.get("seed_kernel")
     seed_src = Path(seed).read_text() if seed and "\n" not in seed and os.path.isfile(seed) else seed
     try:

@@ -19,6 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+# the run settings' defaults and allowed values, defined once beside RunConfig (a light import: no torch, no provider)
+from kernelwright.agents.context import (CHOICES, COMPILE_MODES, DEFAULT_ITERATIONS, HOSTS_MODES, PRECISIONS,
+                                        PROFILE_MODES, RANGES, default)
+
 try:  # typer >= 0.2x vendors click and raises its own exceptions; older typer uses click's
     from typer import TyperException as _ParseError
 except ImportError:  # pragma: no cover
@@ -77,41 +81,22 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-class CompileMode(str, Enum):
-    default = "default"
-    max_autotune = "max-autotune"
-    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
-    reduce_overhead = "reduce-overhead"
-    none = "none"
+def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
+    """An option's choices as typer wants them (a str Enum), from the allowed values `agents.context` defines once;
+    a member's name is its value with - as _ (CompileMode.max_autotune is "max-autotune")."""
+    return Enum(name, {v.replace("-", "_"): v for v in values}, type=str)  # type: ignore[return-value]
 
 
-class ProfileOpt(str, Enum):
-    auto = "auto"
-    torch = "torch"
-    off = "off"
-
-
-class HostsOpt(str, Enum):
-    auto = "auto"
-    on = "on"
-    off = "off"
-
-
-class ReviewOpt(str, Enum):
-    none = "none"
-    proposals = "proposals"
+CompileMode = _choices("CompileMode", COMPILE_MODES)
+ProfileOpt = _choices("ProfileOpt", PROFILE_MODES)
+HostsOpt = _choices("HostsOpt", HOSTS_MODES)
+ReviewOpt = _choices("ReviewOpt", CHOICES["review"])
+PrecisionOpt = _choices("PrecisionOpt", PRECISIONS)
 
 
 class TransportOpt(str, Enum):
     stdio = "stdio"
     http = "http"
-
-
-class PrecisionOpt(str, Enum):
-    fp32 = "fp32"
-    tf32 = "tf32"
-    bf16 = "bf16"
-    fp16 = "fp16"
 
 
 def _usage_error(message: str) -> typer.Exit:
@@ -305,11 +290,12 @@ ModelOpt = Annotated[str, typer.Option(help="builtin (no model) or provider:mode
 BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (vLLM, SGLang, Ollama)")]
 RoleModelOpt = Annotated[Optional[list[str]], typer.Option("--role-model", help="ROLE=provider:model, per role")]
 IterationsOpt = Annotated[Optional[int], typer.Option(
-    min=1, help="candidate children to evaluate in all (default: 8 when no time, token or cost budget is given; with "
+    help="candidate children to evaluate in all (default: 8 when no time, token or cost budget is given; with "
                 "one, no step limit: the run goes on until that budget, a plateau, the target or a stop)")]
 TimeBudgetOpt = Annotated[Optional[str], typer.Option("--time-budget", help="wall-time budget, e.g. 90s, 30m, 8h "
                                                                          "(without --iterations: no step limit)")]
-BranchesOpt = Annotated[int, typer.Option(min=1, max=64, help="parents per generation (parallel branches)")]
+BranchesOpt = Annotated[int, typer.Option(help="parents per generation (parallel branches), {} to {}".format(
+    *RANGES["branches"]))]  # the range is checked with the other settings (`context.settings_problem`)
 ClusterOpt = Annotated[Optional[str], typer.Option(help="evaluate on a running Ray cluster: ray (this machine's), ray://HOST:PORT "
                                                         "or HOST:PORT; --device then says cuda (one GPU per actor) or cpu")]
 ActorsOpt = Annotated[Optional[int], typer.Option(min=1, help="with --cluster: evaluation actors (default: one per GPU of the cluster)")]
@@ -319,7 +305,8 @@ HostsFlag = Annotated[Optional[HostsOpt], typer.Option("--hosts", help="judge ea
 DeviceOpt = Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N or cuda:0,cuda:1 (default: cuda when a GPU is "
                                                       "present); with --resume, move the run here")]
 PrecisionFlag = Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract")]
-TrialsOpt = Annotated[int, typer.Option(min=1, max=100, help="verifier trials per input family")]
+TrialsOpt = Annotated[int, typer.Option(min=RANGES["trials"][0], max=RANGES["trials"][1],
+                                         help="verifier trials per input family")]
 RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="folder of run directories")]
 TokenBudgetOpt = Annotated[Optional[int], typer.Option("--token-budget", min=1, help="stop after this many model tokens (all roles)")]
 CostBudgetOpt = Annotated[Optional[float], typer.Option("--cost-budget", min=0.0, help="stop after this much model spend, USD (needs --price)")]
@@ -356,24 +343,24 @@ def optimize_cmd(
     ctx: typer.Context,
     problem: Annotated[Optional[Path], typer.Argument(help="problem file (KernelBench format); omit with --resume")] = None,
     seed_kernel: SeedKernelOpt = None,
-    model: ModelOpt = "builtin",
+    model: ModelOpt = default("model"),
     base_url: BaseUrlOpt = None,
     role_model: RoleModelOpt = None,
     iterations: IterationsOpt = None,
     time_budget: TimeBudgetOpt = None,
-    branches: BranchesOpt = 2,
+    branches: BranchesOpt = default("branches"),
     device: DeviceOpt = None,
     precision: PrecisionFlag = None,
-    trials: TrialsOpt = 5,
+    trials: TrialsOpt = default("trials"),
     run_dir: RunDirOpt = Path("runs"),
     resume: Annotated[Optional[str], typer.Option("--resume", help="continue the run with this id")] = None,
     token_budget: TokenBudgetOpt = None,
     cost_budget: CostBudgetOpt = None,
     price: PriceOpt = None,
     profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence: profile the seed and new elites (auto: with ncu when "
-                                                     "it can read counters; torch: torch.profiler only; off)")] = ProfileOpt.auto,
+                                                     "it can read counters; torch: torch.profiler only; off)")] = ProfileOpt(default("profile")),
     review: Annotated[ReviewOpt, typer.Option(help="proposals: pause each branch after its strategist until a person "
-                                                   "decides (kernelwright chat --attach RUN_ID, or the MCP server)")] = ReviewOpt.none,
+                                                   "decides (kernelwright chat --attach RUN_ID, or the MCP server)")] = ReviewOpt(default("review")),
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
     hosts: HostsFlag = None,
@@ -383,10 +370,10 @@ def optimize_cmd(
                                                   "warps, stages) of each timed structural child before the archive "
                                                   "judges it (default 6; 0: off; nothing is tuned on the CPU)")] = None,
     knowledge: KnowledgeOpt = None,
-    no_knowledge: NoKnowledgeOpt = False,
+    no_knowledge: NoKnowledgeOpt = not default("use_knowledge"),
     compile_mode: Annotated[CompileMode, typer.Option(
         help="torch.compile mode every timed kernel is measured against (max-autotune: measured beside the default "
-             "mode, the fastest counting)")] = CompileMode.default,
+             "mode, the fastest counting)")] = CompileMode(default("compile_mode")),
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive. Status at the end: finished,
@@ -429,30 +416,30 @@ def chat_cmd(
     problem: Annotated[Optional[Path], typer.Argument(help="problem file (KernelBench format); omit with --attach")] = None,
     attach: Annotated[Optional[str], typer.Option("--attach", help="review (or resume and drive) the run with this id")] = None,
     seed_kernel: SeedKernelOpt = None,
-    model: ModelOpt = "builtin",
+    model: ModelOpt = default("model"),
     base_url: BaseUrlOpt = None,
     role_model: RoleModelOpt = None,
     iterations: IterationsOpt = None,
     time_budget: TimeBudgetOpt = None,
-    branches: BranchesOpt = 1,
+    branches: BranchesOpt = default("branches", "chat"),
     device: DeviceOpt = None,
     precision: PrecisionFlag = None,
-    trials: TrialsOpt = 5,
+    trials: TrialsOpt = default("trials"),
     run_dir: RunDirOpt = Path("runs"),
     token_budget: TokenBudgetOpt = None,
     cost_budget: CostBudgetOpt = None,
     price: PriceOpt = None,
-    profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence (as for optimize)")] = ProfileOpt.auto,
+    profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence (as for optimize)")] = ProfileOpt(default("profile")),
     review: Annotated[ReviewOpt, typer.Option(help="a new run's reviews: proposals (the default: each branch waits "
                                                    "for you) or none (it goes on unattended; /status, /why, /steer "
-                                                   "still work)")] = ReviewOpt.proposals,
+                                                   "still work)")] = ReviewOpt(default("review", "chat")),
     resume: Annotated[Optional[str], typer.Option("--resume", help="continue the run with this id (the same as "
                                                                    "--attach)")] = None,
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
     hosts: HostsFlag = None,
     knowledge: KnowledgeOpt = None,
-    no_knowledge: NoKnowledgeOpt = False,
+    no_knowledge: NoKnowledgeOpt = not default("use_knowledge"),
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """A chat session over a run: review each proposal (approve, edit, reject, propose your own), steer, ask why.
@@ -478,7 +465,7 @@ def chat_cmd(
                                   precision=precision.value if precision else None, trials=trials,
                                   token_budget=token_budget, cost_budget=cost_budget, prices=price or [],
                                   profile=profile.value, review=review.value, cluster=cluster, actors=actors,
-                                  hosts=hosts.value if hosts else "auto",
+                                  hosts=hosts.value if hosts else None,
                                   knowledge=str(knowledge) if knowledge else None, use_knowledge=not no_knowledge)
         return api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir)  # type: ignore[arg-type]
 
@@ -712,19 +699,19 @@ def bench_cmd(
     kernels: Annotated[Optional[Path], typer.Option("--kernels", help="judge these kernels, laid out like the suite")] = None,
     optimize: Annotated[bool, typer.Option("--optimize", help="run the loop on each problem instead")] = False,
     seed_kernels: Annotated[Optional[Path], typer.Option("--seed-kernels", help="with --optimize: seeds laid out like the suite")] = None,
-    model: ModelOpt = "builtin",
+    model: ModelOpt = default("model"),
     base_url: BaseUrlOpt = None,
     role_model: RoleModelOpt = None,
-    iterations: Annotated[int, typer.Option(min=1, help="with --optimize: children to evaluate per problem")] = 8,
+    iterations: Annotated[int, typer.Option(min=1, help="with --optimize: children to evaluate per problem")] = DEFAULT_ITERATIONS,
     budget_per_problem: Annotated[Optional[str], typer.Option("--budget-per-problem", help="with --optimize: wall time per problem, e.g. 10m")] = None,
-    branches: BranchesOpt = 2,
-    profile: Annotated[ProfileOpt, typer.Option(help="with --optimize: GPU evidence for the roles")] = ProfileOpt.auto,
+    branches: BranchesOpt = default("branches"),
+    profile: Annotated[ProfileOpt, typer.Option(help="with --optimize: GPU evidence for the roles")] = ProfileOpt(default("profile")),
     levels: Annotated[Optional[str], typer.Option("--levels", help="levels to run, e.g. 1,2")] = None,
     problems: Annotated[Optional[str], typer.Option("--problems", help="only problems matching these globs (comma-separated)")] = None,
     device: Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N, or cuda:0,cuda:1 (one problem per GPU at a time)")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="results folder (default: runs/bench-<time>)")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="continue the results in --out, judging only what is missing")] = False,
-    trials: TrialsOpt = 5,
+    trials: TrialsOpt = default("trials"),
     compile_mode: Annotated[CompileMode, typer.Option(help="torch.compile mode of the compiled baseline")] = CompileMode.default,
     cluster: ClusterOpt = None,
     actors: ActorsOpt = None,
@@ -752,7 +739,7 @@ def bench_cmd(
             config = build_config(model=model, base_url=base_url, role_models=role_model or [], iterations=iterations,
                                   time_budget=budget_per_problem, branches=branches, device=None, precision=None,
                                   trials=trials, token_budget=None, cost_budget=None, prices=None,
-                                  profile=profile.value, review="none")
+                                  profile=profile.value)
             api.check_config(config)
         elif seed_kernels is not None:
             raise api.UsageError("--seed-kernels goes with --optimize")

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from kernelwright import api
+from kernelwright.agents.context import CHOICES, RANGES, default, settings_problem
 from kernelwright.api import UsageError
 from kernelwright.tools.review import who
 
@@ -40,7 +41,9 @@ RunIdArg = Annotated[str, Field(description="the run's id, as start_run or list_
 DeviceArg = Annotated[str | None, Field(
     description="cpu, cuda, cuda:N or cuda:0,cuda:1 (a run's branches spread over the GPUs); null: cuda when the "
                 "server's machine has a GPU, else cpu. On the CPU kernels are verified but not timed.")]
-ReviewArg = Annotated[Literal["proposals", "none"], Field(
+REVIEW_WORDS = tuple(sorted(CHOICES["review"], key=lambda mode: mode != default("review", "mcp")))
+"""the review modes, this server's default first (a client lists the first as the usual choice)"""
+ReviewArg = Annotated[Literal[REVIEW_WORDS], Field(  # type: ignore[valid-type]
     description="proposals: each branch pauses after its strategist until `review` decides (poll pending_review); "
                 "none: the run goes on unattended")]
 DecisionArg = Annotated[Literal["approve", "edit", "reject", "respond"], Field(
@@ -54,16 +57,22 @@ SteerKindArg = Annotated[Literal["note", "pin", "ban", "unpin", "unban", "clear"
 ModelArg = Annotated[str, Field(
     description="builtin (no model: a fixed policy that improves the seed kernel's knobs) or provider:model, "
                 "e.g. openai:gpt-4.1")]
+# branches and iterations carry their bounds in the schema only: a value outside them is refused by
+# `settings_problem`, with the sentence the CLI and the served graph say
 IterationsArg = Annotated[int | None, Field(
-    ge=1, description="candidate children to evaluate in all; a proposal rejected in review is a step in the trace "
-                      "but evaluates no child, so it does not count. null: 8, or no step limit when time_budget is "
-                      "given (the run goes on until that budget, a plateau, the target or a stop)")]
+    json_schema_extra={"minimum": RANGES["iterations"][0]},
+    description="candidate children to evaluate in all; a proposal rejected in review is a step in the trace "
+                "but evaluates no child, so it does not count. null: 8, or no step limit when time_budget is "
+                "given (the run goes on until that budget, a plateau, the target or a stop)")]
 TimeBudgetArg = Annotated[str | None, Field(
     description="wall-time budget, e.g. 90s, 30m or 8h; without iterations there is no step limit")]
-BranchesArg = Annotated[int, Field(ge=1, le=64, description="parents per generation (parallel branches)")]
+BranchesArg = Annotated[int, Field(json_schema_extra={"minimum": RANGES["branches"][0],
+                                                       "maximum": RANGES["branches"][1]},
+                                     description="parents per generation (parallel branches)")]
 TrialsArg = Annotated[int, Field(
-    ge=1, le=100, description="verifier trials per input family; the result counts the trials of all families "
-                              "together (trials × families)")]
+    ge=RANGES["trials"][0], le=RANGES["trials"][1],
+    description="verifier trials per input family; the result counts the trials of all families "
+                "together (trials × families)")]
 ProblemArg = Annotated[str, Field(description="a problem file's path (KernelBench format: Model, get_inputs, "
                                               "get_init_inputs), as the server's process sees it")]
 
@@ -137,19 +146,18 @@ class Server:
         job.thread.start()
         return {"run_id": handle.id, "run_dir": str(handle.path)}
 
-    def start_run(self, problem: str, seed_kernel: str | None = None, model: str = "builtin",
-                  iterations: int | None = None, branches: int = 2, device: str | None = None,
-                  review: str = "proposals", base_url: str | None = None, precision: str | None = None,
-                  trials: int = 5, cluster: str | None = None, actors: int | None = None,
+    def start_run(self, problem: str, seed_kernel: str | None = None, model: str = default("model"),
+                  iterations: int | None = None, branches: int = default("branches", "mcp"), device: str | None = None,
+                  review: str = default("review", "mcp"), base_url: str | None = None, precision: str | None = None,
+                  trials: int = default("trials"), cluster: str | None = None, actors: int | None = None,
                   time_budget: str | None = None) -> dict[str, Any]:
-        from kernelwright.agents.review import REVIEW_MODES
-
-        if review not in REVIEW_MODES:
-            raise UsageError(f"review {review!r}: use one of {', '.join(REVIEW_MODES)}")
         config = api.RunConfig(device=device or "", cluster=cluster or "", actors=actors or 0, precision=precision,
                                branches=branches, iterations=iterations, trials=trials, model=model,
                                time_budget_s=_seconds(time_budget),
                                base_url=base_url, review=review)
+        why = settings_problem(config)  # said before any work, as the CLI and the served graph say it
+        if why:
+            raise UsageError(why)
         return self._launch(api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=self.runs_dir))
 
     def resume_run(self, run_id: str, device: str | None = None, cluster: str | None = None,
@@ -287,7 +295,8 @@ class Server:
 
     # -- evaluations as jobs ------------------------------------------------------------------------------
 
-    def evaluate(self, problem: str, candidate: str, device: str | None = None, trials: int = 5) -> dict[str, Any]:
+    def evaluate(self, problem: str, candidate: str, device: str | None = None,
+                 trials: int = default("trials")) -> dict[str, Any]:
         job = Job(id="eval-" + uuid.uuid4().hex[:8], kind="evaluate", trials=trials)
 
         def work() -> None:
@@ -358,9 +367,9 @@ def build(runs_dir: str | Path = "runs") -> Any:
                   seed_kernel: Annotated[str | None, Field(description="the kernel to start from: a file path or its "
                                                                        "source (ModelNew with Triton kernels); "
                                                                        "needed with model builtin")] = None,
-                  model: ModelArg = "builtin", iterations: IterationsArg = None,
-                  time_budget: TimeBudgetArg = None, branches: BranchesArg = 2,
-                  device: DeviceArg = None, review: ReviewArg = "proposals",
+                  model: ModelArg = default("model"), iterations: IterationsArg = None,
+                  time_budget: TimeBudgetArg = None, branches: BranchesArg = default("branches", "mcp"),
+                  device: DeviceArg = None, review: ReviewArg = default("review", "mcp"),
                   cluster: Annotated[str | None, Field(description="evaluate on a running Ray cluster: ray, "
                                                                    "ray://HOST:PORT or HOST:PORT; null: here")] = None,
                   actors: Annotated[int | None, Field(description="with cluster: evaluation actors; null: one per "
@@ -448,7 +457,7 @@ def build(runs_dir: str | Path = "runs") -> Any:
     def evaluate(problem: ProblemArg,
                  candidate: Annotated[str, Field(description="the candidate: a file path or its source (ModelNew "
                                                              "with Triton kernels)")],
-                 device: DeviceArg = None, trials: TrialsArg = 5) -> dict[str, Any]:
+                 device: DeviceArg = None, trials: TrialsArg = default("trials")) -> dict[str, Any]:
         """Judge one candidate (a file path or its source) against a problem file, as a job: returns
         {"job_id"}; poll job_result."""
 

@@ -95,7 +95,7 @@ async def _refused(tmp_path: Path) -> list[dict]:
 
 def test_a_bad_cluster_setting_fails_the_thread_with_one_sentence(tmp_path: Path) -> None:
     lone, far = asyncio.run(_refused(tmp_path))
-    assert lone["status"] == "failed" and "actors goes with cluster" in lone["error"]
+    assert lone["status"] == "failed" and "actors (the number of evaluation actors) need a Ray cluster" in lone["error"]
     assert far["status"] == "failed" and "somewhere" in far["error"]
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())  # no run was left
 

@@ -147,7 +147,7 @@ def test_bad_cluster_input_is_one_sentence(cluster: str, tmp_path: Path) -> None
                          (["--cluster", cluster, "--device", "cuda"], "has no GPU"),
                          (["--cluster", cluster, "--device", "cpu", "--actors", "99"], f"has {CPUS} CPU(s)"),
                          (["--cluster", cluster, "--device", "cuda:1"], "give cuda (one GPU per actor) or cpu"),
-                         (["--actors", "2"], "--actors goes with --cluster")):
+                         (["--actors", "2"], "actors (the number of evaluation actors) need a Ray cluster")):
         t0 = time.monotonic()
         r = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and words in r.stdout + r.stderr, (extra, r.stdout, r.stderr)
@@ -247,7 +247,7 @@ def test_a_stopped_run_resumes_elsewhere_when_its_cluster_is_gone(cluster: str, 
     assert r.exit_code == 2 and f"it evaluated on the Ray cluster {dead}" in r.output, r.output
     assert "resume it elsewhere with --cluster ADDRESS, or here with --device" in r.output
     r = resume("--actors", "2", "--device", "cpu")
-    assert r.exit_code == 2 and "--actors goes with --cluster" in r.output, r.output
+    assert r.exit_code == 2 and "actors (the number of evaluation actors) need a Ray cluster" in r.output, r.output
     assert (run_dir / "run.json").read_text() == saved  # a refused resume changes nothing
 
     r = resume("--cluster", cluster, "--device", "cpu", "--actors", "1")  # another cluster (here: the live one)

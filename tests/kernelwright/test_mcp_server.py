@@ -62,7 +62,7 @@ async def _session(run_dir: Path) -> None:
         bad = await client.call_tool("start_run", {"problem": str(ROOT / "nope.py"), "seed_kernel": str(SEED)})
         assert bad.is_error and "nope.py" in bad.content[0].text
         lone = await client.call_tool("start_run", {"problem": str(PROBLEM), "seed_kernel": str(SEED), "actors": 2})
-        assert lone.is_error and "--actors goes with --cluster" in lone.content[0].text
+        assert lone.is_error and "actors (the number of evaluation actors) need a Ray cluster" in lone.content[0].text
         far = await client.call_tool("start_run", {"problem": str(PROBLEM), "seed_kernel": str(SEED),
                                                    "cluster": "somewhere", "device": "cpu"})
         assert far.is_error and "somewhere" in far.content[0].text and "Traceback" not in far.content[0].text
