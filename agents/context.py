@@ -33,6 +33,9 @@ ACTORS_NEED_CLUSTER = (
 MAX_AUTO_SPARES = 8
 """the most spare workers a device keeps by default (each is a process that imported torch)"""
 
+NEVER = 1 << 62
+"""a step count no run reaches"""
+
 DEFAULT_ITERATIONS = 8
 """the step budget of a run given no budget at all (no iterations, time, token or cost budget)"""
 
@@ -176,7 +179,10 @@ class RunConfig:
 
     def plateau(self) -> int:
         """Steps without a new elite after which the search stops: `plateau_steps`, but at least two generations,
-        so that a wide generation (32 branches against the default 20) is never the only one a run gets."""
+        so that a wide generation (32 branches against the default 20) is never the only one a run gets; 0 never
+        stops on a plateau (a soak test's run goes on until its time budget)."""
+        if self.plateau_steps <= 0:
+            return NEVER
         return max(self.plateau_steps, 2 * self.branches)
 
     def uses_hosts(self) -> bool:

@@ -4,8 +4,9 @@ with the device's memory and every worker's memory sampled as it goes.
     python bench/soak_gpu.py PROBLEM --seed-kernel SEED [--minutes 25] [--branches 8] [--device cuda]
         [--sample-s 10] [--work-dir DIR] [--json OUT] [-- extra optimize flags]
 
-What runs: `kernelwright optimize PROBLEM --seed-kernel SEED --device DEVICE --branches B --time-budget Mm` (the
-builtin policy; no step limit, so the time budget, a plateau or the target ends it) in a child process of its own
+What runs: `kernelwright optimize PROBLEM --seed-kernel SEED --device DEVICE --branches B --time-budget Mm
+--plateau-steps 0` (the builtin policy; no step limit and no plateau rule, so the time budget or the roofline target
+ends it: a first try without `--plateau-steps 0` ended on a plateau after 10 of its 13 minutes) in a child process of its own
 session. Every `--sample-s` this script reads, without touching the run: each visible GPU's used memory (NVML), the
 driver's resident memory and that of every process under it (the evaluation workers and spares), and the steps
 recorded so far. On the CPU (`--device cpu`) the same runs with no device memory, to check the mechanics.
@@ -161,7 +162,7 @@ def main() -> int:
     runs.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "kernelwright.cli", "optimize", args.problem, "--seed-kernel", args.seed_kernel,
            "--device", args.device, "--branches", str(args.branches), "--time-budget", f"{args.minutes:g}m",
-           "--run-dir", str(runs), *args.extra]
+           "--run-dir", str(runs), "--plateau-steps", "0", *args.extra]
     gpus = Gpus(args.device)
     log = open(work / "run.log", "w")
     t_start = time.time()

@@ -374,6 +374,10 @@ def optimize_cmd(
     compile_mode: Annotated[CompileMode, typer.Option(
         help="torch.compile mode every timed kernel is measured against (max-autotune: measured beside the default "
              "mode, the fastest counting)")] = CompileMode(default("compile_mode")),
+    plateau_steps: Annotated[int, typer.Option(
+        "--plateau-steps", min=0, metavar="N", help="stop after N steps without a new elite (never within the first "
+                                                    "two generations; 0: never stop on a plateau, e.g. for a soak)")
+    ] = default("plateau_steps"),
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive. Status at the end: finished,
@@ -395,7 +399,7 @@ def optimize_cmd(
             review=review.value, cluster=cluster, actors=actors, hosts=hosts.value if hosts else None,
             provider_retry_window=provider_retry_window, tune_budget=tune_budget,
             knowledge=str(knowledge) if knowledge else None, use_knowledge=not no_knowledge,
-            compile_mode=compile_mode.value,
+            compile_mode=compile_mode.value, plateau_steps=plateau_steps,
         )
     except opt.UsageError as e:
         raise _usage_error(str(e)) from None

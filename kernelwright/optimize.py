@@ -129,7 +129,7 @@ def build_config(*, model: str | None = None, base_url: str | None = None, role_
                  profile: str | None = None, review: str | None = None, cluster: str | None = None,
                  actors: int | None = None, hosts: str | None = None, provider_retry_window: str | None = None,
                  tune_budget: int | None = None, knowledge: str | None = None, use_knowledge: bool | None = None,
-                 compile_mode: str | None = None) -> api.RunConfig:
+                 compile_mode: str | None = None, plateau_steps: int | None = None) -> api.RunConfig:
     """optimize's (and chat's, bench's) flags as a RunConfig; UsageError, one sentence, for a bad one (the sentence
     every front door says: `context.settings_problem`). A setting left None takes RunConfig's default, the one place
     defaults are written; `iterations` None: no step limit when a time, token or cost budget is given, else the
@@ -140,7 +140,7 @@ def build_config(*, model: str | None = None, base_url: str | None = None, role_
     given = {"model": model, "base_url": base_url, "precision": precision, "branches": branches,
              "iterations": iterations, "trials": trials, "token_budget": token_budget, "cost_budget_usd": cost_budget,
              "profile": profile, "review": review, "cluster": cluster, "actors": actors, "hosts": hosts,
-             "tune_budget": tune_budget, "compile_mode": compile_mode}
+             "tune_budget": tune_budget, "compile_mode": compile_mode, "plateau_steps": plateau_steps}
     config = api.RunConfig(device=device or "", role_models=parse_role_models(role_models or []),
                            time_budget_s=parse_duration(time_budget) if time_budget else None,
                            prices=parse_prices(prices or []), knowledge=_knowledge_file(knowledge, use),
@@ -160,7 +160,8 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                  actors: int | None = None, hosts: str | None = None,
                  provider_retry_window: str | None = None, tune_budget: int | None = None,
                  knowledge: str | None = None, use_knowledge: bool | None = None, compile_mode: str | None = None,
-                 wait_notice_s: float = prog.WAIT_NOTICE_S, wait_repeat_s: float = prog.WAIT_REPEAT_S) -> Summary:
+                 plateau_steps: int | None = None, wait_notice_s: float = prog.WAIT_NOTICE_S,
+                 wait_repeat_s: float = prog.WAIT_REPEAT_S) -> Summary:
     """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
     view when `console` is a terminal, else a plain log (one line per event, a model call waiting longer than
     `wait_notice_s` included), and the first Ctrl-C asks it to stop after the generation in flight. A setting left
@@ -180,7 +181,8 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
                               trials=trials, token_budget=token_budget, cost_budget=cost_budget, prices=prices,
                               profile=profile, review=review, cluster=cluster, actors=actors, hosts=hosts,
                               provider_retry_window=provider_retry_window, tune_budget=tune_budget,
-                              knowledge=knowledge, use_knowledge=use_knowledge, compile_mode=compile_mode)
+                              knowledge=knowledge, use_knowledge=use_knowledge, compile_mode=compile_mode,
+                              plateau_steps=plateau_steps)
         handle = api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir, models=models)
     previous = signal.getsignal(signal.SIGINT)
 

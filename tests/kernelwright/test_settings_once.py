@@ -162,3 +162,23 @@ def test_a_bad_setting_gets_the_same_sentence_at_every_door(setting: dict[str, A
     assert sentence.startswith(name) and "--" not in sentence, sentence  # the setting's own name, no CLI flag
     assert "\n" not in sentence and "Traceback" not in sentence
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())  # no run was left
+
+
+def test_a_plateau_can_be_switched_off_for_a_soak() -> None:
+    """`--plateau-steps 0`: a run that must last its time budget (the soak's GPU half ended on a plateau after 10 of
+    its 13 minutes) never stops on a plateau; the flag's default is RunConfig's."""
+    import typer
+
+    from kernelwright.agents.archive import Archive, Step, stop_reason
+    from kernelwright.agents.context import NEVER, RunConfig, default
+    from kernelwright.cli import app
+    from kernelwright.optimize import build_config
+
+    params = {p.name: p for p in typer.main.get_command(app).commands["optimize"].params}
+    assert params["plateau_steps"].default == default("plateau_steps") == RunConfig().plateau_steps == 20
+    assert build_config(plateau_steps=0).plateau() == NEVER and build_config().plateau() == 20
+    flat = Archive(steps=[Step(step=i, parent_id="s", proposal_key=f"k{i}", child_id=f"c{i}", verdict="pass", reason="ok",
+                               why="slower", decision="rejected")
+                          for i in range(200)])
+    assert stop_reason(flat, plateau_steps=build_config().plateau()) == "no improvement in the last 20 steps"
+    assert stop_reason(flat, plateau_steps=build_config(plateau_steps=0).plateau()) is None
