@@ -10,6 +10,7 @@ choice is tested without a run; `for_strategist` and `remember` are the two plac
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Iterable, Sequence
 from functools import cache
@@ -44,6 +45,12 @@ class PlaybookEntry(BaseModel):
     kinds: list[str] = Field(description="problem kinds it applies to (evaluators.kinds), or 'any'")
     bottlenecks: list[str] = Field(description="the Diagnosis.bottleneck values it answers")
     keywords: list[str] = Field(default_factory=list, description="words of a diagnosis that point at it")
+    source_words: list[str] = Field(default_factory=list, description=(
+        "when given, the entry applies only to a problem whose reference source names one of them (a softmax's "
+        "online statistics to a softmax or log-sum-exp, not to a group norm)"))
+    max_programs_per_sm: float | None = Field(default=None, description=(
+        "when given, the entry applies only while the parent's largest launch has at most this many programs per "
+        "SM (splitting starved rows helps a grid of 16 programs, not one of 918k); unknown grids do not exclude"))
     category: str
     symptom: str
     move: str
@@ -141,12 +148,27 @@ def _learned_score(k: Knowledge, kinds: set[str], diagnosis: Diagnosis | None, r
     return score
 
 
-def choose_shipped(kinds: Iterable[str], diagnosis: Diagnosis | None,
-                   limit: int = SHIPPED_LIMIT) -> list[PlaybookEntry]:
-    """The shipped entries for a problem of `kinds` with this diagnosis: of its kinds only, best fit first (ties
-    in the file's order), at most `limit`."""
+def applies(e: PlaybookEntry, source: str | None = None, programs: int | None = None, sms: int | None = None) -> bool:
+    """Whether an entry's conditions hold for this problem and parent: the reference source names one of its
+    `source_words`, and the parent's largest launch is within `max_programs_per_sm` (each checked only when known).
+    On level1/35_GroupNorm_ a model was offered a softmax's one-pass statistics and the split of starved rows for a
+    grid of 918k programs (issue 23's repeat)."""
+    if e.source_words and source is not None and not any(w in source.lower() for w in e.source_words):
+        return False
+    if e.max_programs_per_sm is not None and programs and sms and programs > e.max_programs_per_sm * sms:
+        return False
+    return True
+
+
+def choose_shipped(kinds: Iterable[str], diagnosis: Diagnosis | None, limit: int = SHIPPED_LIMIT, *,
+                   source: str | None = None, programs: int | None = None,
+                   sms: int | None = None) -> list[PlaybookEntry]:
+    """The shipped entries for a problem of `kinds` with this diagnosis: of its kinds only, whose conditions hold
+    (`applies`: the reference `source`, the parent's largest grid in `programs`, the GPU's `sms`), best fit first
+    (ties in the file's order), at most `limit`."""
     ks = set(kinds)
-    scored = [(s, i, e) for i, e in enumerate(shipped()) if (s := _shipped_score(e, ks, diagnosis)) is not None]
+    scored = [(s, i, e) for i, e in enumerate(shipped())
+              if applies(e, source, programs, sms) and (s := _shipped_score(e, ks, diagnosis)) is not None]
     return [e for _, _, e in sorted(scored, key=lambda t: (-t[0], t[1]))[:limit]]
 
 
@@ -215,12 +237,13 @@ def render_shipped(i: int, e: PlaybookEntry, run_gpu: str | None = None) -> str:
 
 def playbook_for(kinds: Iterable[str], diagnosis: Diagnosis | None, gpu_name: str | None,
                  knowledge_entries: Sequence[Knowledge] = (), limit: int = SHIPPED_LIMIT,
-                 learned_limit: int = LEARNED_LIMIT, exclude_run: str | None = None) -> str:
+                 learned_limit: int = LEARNED_LIMIT, exclude_run: str | None = None, *, source: str | None = None,
+                 programs: int | None = None, sms: int | None = None) -> str:
     """The strategist's block of what is known to work here: at most `limit` shipped entries and `learned_limit`
     entries of earlier runs, chosen by the problem's `kinds` and the `diagnosis`, each labelled with the GPU it
     was measured on (and this run's, `gpu_name`, where it differs). Bounded by `briefing.PLAYBOOK_CHARS`."""
     ks = list(dict.fromkeys(kinds))
-    chosen = choose_shipped(ks, diagnosis, limit)
+    chosen = choose_shipped(ks, diagnosis, limit, source=source, programs=programs, sms=sms)
     learned = choose_learned(ks, diagnosis, knowledge_entries, gpu_name, learned_limit, exclude_run)
     bottleneck = diagnosis.bottleneck if diagnosis is not None else "unknown"
     lines = [f"Chosen for a problem of kind {', '.join(ks) or 'unknown'}, diagnosed {bottleneck}. Effects vary with "
@@ -259,8 +282,26 @@ def for_strategist(ctx: RunContext, state: dict[str, Any]) -> str:
     if cfg.use_knowledge:
         entries = KnowledgeStore(cfg.knowledge).entries()
     d = state.get("diagnosis")
+    programs, sms = _grid_and_sms(ctx, state)
     return playbook_for(_kinds(ctx), Diagnosis.model_validate(d) if d else None,
-                        _run_gpu(ctx, state.get("branch") or 0), entries, exclude_run=ctx.run.id)
+                        _run_gpu(ctx, state.get("branch") or 0), entries, exclude_run=ctx.run.id,
+                        source=ctx.run.problem_source(), programs=programs, sms=sms)
+
+
+def _grid_and_sms(ctx: RunContext, state: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The parent's largest launch in programs (from its verdict) and the GPU's SM count, where known."""
+    programs = sms = None
+    try:
+        data = ctx.run.eval(state["parent"]) or {}
+        sizes = [math.prod(g) for k in data.get("kernels") or [] for g in k.get("grids") or [] if g]
+        programs = max(sizes) if sizes else None
+    except Exception:  # noqa: BLE001 - informative: the entries are chosen without the grid then
+        pass
+    try:
+        sms = ctx.evaluations.facts(ctx.config.device_for(state.get("branch") or 0)).sms
+    except Exception:  # noqa: BLE001
+        pass
+    return programs, sms
 
 
 def winning(step: Step, archive: Archive, noise_band: float) -> bool:

@@ -275,3 +275,23 @@ def test_a_run_without_knowledge_neither_reads_nor_writes_the_store(tmp_path: Pa
     assert "vector-loads-4" not in prompt.split("## What is known to work here")[1] and first.id not in prompt
     # the shipped playbook is still there, chosen for the problem's kind
     assert "large-blocks-then-structure" in prompt
+
+
+def test_an_entry_whose_conditions_do_not_hold_is_not_shown() -> None:
+    """Level1/35_GroupNorm_ (issue 23's repeat on an H100): a strategist was offered a softmax's one-pass statistics
+    and the split of starved rows for a grid of 918k programs. `online-stats` needs a reference that names a softmax
+    or log-sum-exp; `split-rows` a parent whose largest launch has at most one program per SM."""
+    group_norm = "class Model(nn.Module):\n    def forward(self, x):\n        return self.gn(x)\n"
+    softmax = "class Model(nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, dim=1)\n"
+    memory = Diagnosis(bottleneck="memory", summary="both kernels near DRAM peak; the design reads x twice",
+                       evidence=["dram throughput 3.0 TB/s", "grid of 918000 programs", "occupancy 50 %"])
+    gn = [e.id for e in choose_shipped(["row_reduction"], memory, 9, source=group_norm, programs=918_000, sms=132)]
+    assert "online-stats" not in gn and "split-rows" not in gn and gn, gn
+    starved = [e.id for e in choose_shipped(["row_reduction"], LAYER_NORM, 9, source=group_norm, programs=16, sms=132)]
+    assert starved[0] == "split-rows"
+    sm = [e.id for e in choose_shipped(["row_reduction"], memory, 9, source=softmax, programs=918_000, sms=132)]
+    assert "online-stats" in sm and "split-rows" not in sm
+    # nothing known (the CPU: no grid, no SM count; a caller without the source): nothing excluded
+    assert {"online-stats", "split-rows"} <= {e.id for e in choose_shipped(["row_reduction"], memory, 9)}
+    text = playbook_for(["row_reduction"], memory, H100, source=group_norm, programs=918_000, sms=132)
+    assert "[split-rows]" not in text and "[online-stats]" not in text
