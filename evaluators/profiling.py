@@ -366,6 +366,10 @@ def render(profile: Profile, limit: int = 2500) -> str:
                 f"(p25 {t.p25_ms:.4g}, p75 {t.p75_ms:.4g}); PyTorch eager {t.eager_ms:.4g} ms")
         if t.compile_ms:
             line += f"; torch.compile ({t.compile_mode}) {t.compile_ms:.4g} ms"
+            others = [f"{mode} {v:.4g} ms" if isinstance(v, (int, float)) else f"{mode} failed"
+                      for mode, v in (t.compile_modes or {}).items() if mode != t.compile_mode]
+            if others:  # every mode measured, not only the fastest (a run asked for max-autotune saw one figure)
+                line += f" (the fastest measured; also {', '.join(others)})"
         out.append((KEEP, line + f"; noise band ±{t.noise_band:.1%} (smaller differences are not real)"))
         if t.floor_ms and t.fraction_of_floor is not None:
             out.append((KEEP, f"roofline floor (least time the problem's bytes and flops can take here) "

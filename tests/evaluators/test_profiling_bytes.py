@@ -354,3 +354,18 @@ def test_the_kernel_taking_the_time_keeps_its_nsight_line_when_text_is_cut() -> 
     at = [i for i, line in enumerate(whole) if line.startswith("- ") and ("round_to_tf32_" in line
                                                                            or "fused_gemm" in line)]
     assert "fused_gemm" in whole[at[-3]] and all("round_to_tf32_" in whole[i] for i in at[-2:])
+
+
+def test_every_compile_mode_measured_is_shown_not_only_the_fastest() -> None:
+    """A run asked for max-autotune showed only 'torch.compile (max-autotune-no-cudagraphs) 7.39 ms'; the default
+    mode (7.41 ms) and max-autotune with CUDA graphs (13.28 ms), measured in the same evaluation, never appeared."""
+    t = _timing(compile_ms=7.391, compile_mode="max-autotune-no-cudagraphs",
+                compile_modes={"max-autotune": 13.28, "max-autotune-no-cudagraphs": 7.391, "default": 7.411})
+    text = render(Profile(timing=t))
+    assert ("torch.compile (max-autotune-no-cudagraphs) 7.391 ms (the fastest measured; also max-autotune 13.28 ms, "
+            "default 7.411 ms)") in text
+    one = render(Profile(timing=_timing(compile_ms=0.3, compile_mode="default", compile_modes={"default": 0.3})))
+    assert "torch.compile (default) 0.3 ms; noise band" in one
+    failed = render(Profile(timing=_timing(compile_ms=0.3, compile_mode="default",
+                                           compile_modes={"default": 0.3, "max-autotune": "out of memory"})))
+    assert "(the fastest measured; also max-autotune failed)" in failed
