@@ -299,23 +299,6 @@ def frontier(archive: Archive) -> list[str]:
     return [i for i in reversed(archive.unmeasured) if i not in used]
 
 
-def stop_reason(archive: Archive, *, plateau_steps: int = 20, roofline_target: float | None = 0.9) -> str | None:
-    """Why the search should stop now (plateau, or close enough to the roofline and no slower than torch.compile),
-    or None. Near the floor is not enough while torch.compile is faster: on a memory-bound GEMM (KernelBench
-    level2/56 on an H100) the first kernel reached 93 % of the floor at 0.95x torch.compile, and a run that stopped
-    there stopped behind the baseline it exists to beat."""
-    best = archive.best
-    if best and roofline_target is not None and best.fraction_of_floor is not None \
-            and best.fraction_of_floor >= roofline_target \
-            and (best.speedup_vs_compile is None or best.speedup_vs_compile >= 1.0):
-        return f"the best kernel reaches {best.fraction_of_floor:.0%} of the roofline floor (target {roofline_target:.0%})"
-    if len(archive.steps) >= plateau_steps:
-        recent = archive.steps[-plateau_steps:]
-        if not any(s.decision == "elite" for s in recent):
-            return f"no improvement in the last {plateau_steps} steps"
-    return None
-
-
 def revoke(archive: Archive, kernel: str, why: str) -> Archive:
     """The archive without `kernel` among its elites and niches: it passed once and failed a later judgement
     with fresh draws, so it is never ranked, selected or reported as best again. Its entry stays (its

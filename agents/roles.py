@@ -21,10 +21,10 @@ from kernelwright.evaluators.profiling import Profile, render
 from kernelwright.tools.coding import QuickCheck
 from kernelwright.tools.review import ReviewDesk, Steering
 
-from . import briefing, llm, playbook
+from . import briefing, llm, playbook, stopping
 from . import review as reviews
 from .archive import (Archive, Outcome, admit, describe, inspirations, lineage_history, prediction_record,
-                      recheck_best, select_parents, stop_reason, tried_on)
+                      recheck_best, select_parents, tried_on)
 from .archive import seed as seed_archive
 from .builtin import apply_proposal, diagnose, lineage_gains, propose
 from .context import RunContext
@@ -37,14 +37,10 @@ log = logging.getLogger(__name__)
 
 State = dict[str, Any]
 
-STOPPED_ON_REQUEST = "stopped on request: the step in flight was finished and checkpointed"
-"""The stop reason of a run asked to stop (`RunContext.request_stop`); such a run can be resumed."""
-
-# The words a run's status takes (run.json's `status`): running while a driver works on it; `stopped` when asked
-# to stop (Ctrl-C, a stop request) and `failed` when the model provider stayed down past the retry window, both
-# resumable (`RunInfo.resumable`); `failed` too when the seed is rejected (not resumable); `finished` when a
-# budget, a plateau, the target or an exhausted search ended it.
-RUNNING, STOPPED, FINISHED, FAILED = "running", "stopped", "finished", "failed"
+# the run's status words and the stop rules live in `stopping` (re-exported here for the API and the graph)
+STOPPED_ON_REQUEST = stopping.STOPPED_ON_REQUEST
+RUNNING, STOPPED, FINISHED, FAILED = stopping.RUNNING, stopping.STOPPED, stopping.FINISHED, stopping.FAILED
+counted_steps = stopping.counted_steps
 
 
 def outcome_of(h: str, result: EvalResult) -> Outcome:
@@ -635,12 +631,6 @@ def _tune_child(state: State, ctx: RunContext, h: str, result: EvalResult) -> tu
 # -- the archive ------------------------------------------------------------------------------------------
 
 
-def counted_steps(archive: Archive) -> int:
-    """Steps that count against the iteration budget: all but the proposals a person rejected and the steps
-    the model provider's outage left without a child (no child was made or judged for them)."""
-    return sum(1 for s in archive.steps if s.reason not in ("reviewer_rejected", "provider_failed"))
-
-
 def provider_failure(result: State) -> str | None:
     """The model provider's failure that left a branch without a child (retries spent), in one sentence."""
     return next((u["error"] for u in (result.get("llm") or {}).values() if u.get("error_kind") == "provider"), None)
@@ -695,35 +685,10 @@ def archive_step(state: State, ctx: RunContext) -> State:
             "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
         run.append_step(record.model_dump(mode="json"))
     best = archive.best
-    stop = None
-    status = FINISHED
     spent = spent_so_far(ctx)
     active = ctx.active_seconds()
-    results = state.get("results") or []
-    failures = [u["error"] for r in results for u in (r.get("llm") or {}).values() if u.get("error_kind") == "provider"]
-    budget = cfg.step_budget()
-    if results and failures and all(not r.get("child") for r in results):
-        # the provider stayed down past the retry window (or refused for good): say so rather than spin, and
-        # leave the run resumable; a stop asked for meanwhile (which ends the retries) is what the user sees
-        stop, status = (STOPPED_ON_REQUEST, STOPPED) if ctx.stop_requested else (failures[0], FAILED)
-    elif budget is not None and counted_steps(archive) >= budget:
-        stop = f"iteration budget reached ({counted_steps(archive)} steps)"
-    elif cfg.time_budget_s is not None and active >= cfg.time_budget_s:  # the run's driven time, not since created
-        stop = f"time budget reached ({cfg.time_budget_s:.0f} s)"
-    elif cfg.token_budget is not None and spent["tokens"] >= cfg.token_budget:
-        stop = f"token budget reached ({spent['tokens']} of {cfg.token_budget} tokens)"
-    elif cfg.cost_budget_usd is not None and spent["cost_usd"] >= cfg.cost_budget_usd:
-        stop = f"cost budget reached (${spent['cost_usd']:.4f} of ${cfg.cost_budget_usd:.4f})"
-    else:
-        stop = stop_reason(archive, plateau_steps=cfg.plateau(), roofline_target=cfg.roofline_target)
-        # a model that proposed nothing this time may next time (each such step still spends the budget);
-        # the builtin catalog proposing nothing means it is exhausted
-        if stop is None and results and all(not r.get("proposal") and "strategist" not in (r.get("llm") or {})
-                                            for r in results):
-            notes = [(r.get("coder") or {}).get("note") for r in results]
-            stop = "search exhausted: " + (next((n for n in notes if n), None) or "no parent has a move left")
-        if stop is None and ctx.stop_requested:
-            stop, status = STOPPED_ON_REQUEST, STOPPED
+    stop, status = stopping.decide(archive, cfg, results=state.get("results") or [], spent=spent, active_s=active,
+                                   stop_requested=ctx.stop_requested)
     said = stop
     if stop is not None and stop != STOPPED_ON_REQUEST and not cfg.on_cpu and best is not None:
         # the run's result is judged again before it is reported (`recheck_best`); a stop asked for is not held up

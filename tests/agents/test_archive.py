@@ -7,8 +7,9 @@ import random
 import pytest
 
 from kernelwright.agents.archive import (
-    Archive, Outcome, admit, cell_of, seed, select_parents, stop_reason,
+    Archive, Outcome, admit, cell_of, seed, select_parents,
 )
+from kernelwright.agents.stopping import stop_reason
 
 
 def outcome(cid: str, speedup: float | None = 1.0, *, verdict: str = "pass", warps: int = 4, stages: int = 2,
@@ -274,3 +275,29 @@ def test_the_history_says_what_a_judged_child_launched(tmp_path) -> None:
     # a child that failed, or none, keeps its line as it was
     assert _with_launch(SimpleNamespace(run=run), {**item, "verdict": "fail"}) == {**item, "verdict": "fail"}
     assert _with_launch(SimpleNamespace(run=run), {**item, "child": None})["child"] is None
+
+
+def test_every_stop_rule_is_decided_in_one_place() -> None:
+    """`stopping.decide` (issue 25: the stop rules were split between roles.py and archive.py): the provider, the
+    budgets in order, the search's own rules, an exhausted catalog, a stop asked for."""
+    from kernelwright.agents.context import RunConfig
+    from kernelwright.agents.stopping import FAILED, FINISHED, STOPPED, STOPPED_ON_REQUEST, decide
+
+    arch = seed(Archive(), timed("seed", 4.0))
+    for i in range(3):
+        arch, _ = admit(arch, "seed", f"k{i}", timed(f"c{i}", 5.0), step_id=f"g{i + 1}b0")
+    none = {"tokens": 0, "cost_usd": 0.0}
+    moved = [{"proposal": {"key": "k"}, "child": "c", "llm": {}}]
+    go = dict(results=moved, spent=none, active_s=1.0, stop_requested=False)
+    assert decide(arch, RunConfig(iterations=3), **go) == ("iteration budget reached (3 steps)", FINISHED)
+    assert decide(arch, RunConfig(iterations=9), **go) == (None, FINISHED)
+    assert decide(arch, RunConfig(time_budget_s=1.0), **go)[0] == "time budget reached (1 s)"
+    assert decide(arch, RunConfig(token_budget=10), **{**go, "spent": {"tokens": 12, "cost_usd": 0.0}})[0] == \
+        "token budget reached (12 of 10 tokens)"
+    down = [{"child": None, "llm": {"coder": {"error": "the provider is down", "error_kind": "provider"}}}]
+    assert decide(arch, RunConfig(), **{**go, "results": down}) == ("the provider is down", FAILED)
+    assert decide(arch, RunConfig(), **{**go, "results": down, "stop_requested": True}) == (STOPPED_ON_REQUEST, STOPPED)
+    exhausted = [{"proposal": None, "child": None, "llm": {}, "coder": {"note": "no parent has a knob left"}}]
+    assert decide(arch, RunConfig(iterations=9), **{**go, "results": exhausted})[0] == \
+        "search exhausted: no parent has a knob left"
+    assert decide(arch, RunConfig(iterations=9), **{**go, "stop_requested": True}) == (STOPPED_ON_REQUEST, STOPPED)

@@ -169,7 +169,8 @@ def test_a_plateau_can_be_switched_off_for_a_soak() -> None:
     its 13 minutes) never stops on a plateau; the flag's default is RunConfig's."""
     import typer
 
-    from kernelwright.agents.archive import Archive, Step, stop_reason
+    from kernelwright.agents.archive import Archive, Step
+    from kernelwright.agents.stopping import stop_reason
     from kernelwright.agents.context import NEVER, RunConfig, default
     from kernelwright.cli import app
     from kernelwright.optimize import build_config
