@@ -338,6 +338,18 @@ def _ignored_with_resume(ctx: typer.Context) -> list[str]:
             if name not in RESUME_KEEPS and given(name)]
 
 
+TuneBudgetOpt = Annotated[Optional[int], typer.Option(
+    "--tune-budget", min=0, metavar="N", help="evaluations the builtin may spend tuning the knobs (block sizes, "
+                                              "warps, stages) of each timed structural child before the archive "
+                                              "judges it (default 6; 0: off; nothing is tuned on the CPU)")]
+CompileModeOpt = Annotated[CompileMode, typer.Option(
+    help="torch.compile mode every timed kernel is measured against (max-autotune: measured beside the default "
+         "mode, the fastest counting)")]
+PlateauOpt = Annotated[int, typer.Option(
+    "--plateau-steps", min=0, metavar="N", help="stop after N steps without a new elite (never within the first "
+                                                "two generations; 0: never stop on a plateau, e.g. for a soak)")]
+
+
 @app.command("optimize")
 def optimize_cmd(
     ctx: typer.Context,
@@ -365,19 +377,11 @@ def optimize_cmd(
     actors: ActorsOpt = None,
     hosts: HostsFlag = None,
     provider_retry_window: RetryWindowOpt = None,
-    tune_budget: Annotated[Optional[int], typer.Option(
-        "--tune-budget", min=0, metavar="N", help="evaluations the builtin may spend tuning the knobs (block sizes, "
-                                                  "warps, stages) of each timed structural child before the archive "
-                                                  "judges it (default 6; 0: off; nothing is tuned on the CPU)")] = None,
+    tune_budget: TuneBudgetOpt = None,
     knowledge: KnowledgeOpt = None,
     no_knowledge: NoKnowledgeOpt = not default("use_knowledge"),
-    compile_mode: Annotated[CompileMode, typer.Option(
-        help="torch.compile mode every timed kernel is measured against (max-autotune: measured beside the default "
-             "mode, the fastest counting)")] = CompileMode(default("compile_mode")),
-    plateau_steps: Annotated[int, typer.Option(
-        "--plateau-steps", min=0, metavar="N", help="stop after N steps without a new elite (never within the first "
-                                                    "two generations; 0: never stop on a plateau, e.g. for a soak)")
-    ] = default("plateau_steps"),
+    compile_mode: CompileModeOpt = CompileMode(default("compile_mode")),
+    plateau_steps: PlateauOpt = default("plateau_steps"),
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive. Status at the end: finished,
@@ -444,6 +448,10 @@ def chat_cmd(
     hosts: HostsFlag = None,
     knowledge: KnowledgeOpt = None,
     no_knowledge: NoKnowledgeOpt = not default("use_knowledge"),
+    provider_retry_window: RetryWindowOpt = None,
+    tune_budget: TuneBudgetOpt = None,
+    compile_mode: CompileModeOpt = CompileMode(default("compile_mode")),
+    plateau_steps: PlateauOpt = default("plateau_steps"),
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """A chat session over a run: review each proposal (approve, edit, reject, propose your own), steer, ask why.
@@ -470,7 +478,9 @@ def chat_cmd(
                                   token_budget=token_budget, cost_budget=cost_budget, prices=price or [],
                                   profile=profile.value, review=review.value, cluster=cluster, actors=actors,
                                   hosts=hosts.value if hosts else None,
-                                  knowledge=str(knowledge) if knowledge else None, use_knowledge=not no_knowledge)
+                                  knowledge=str(knowledge) if knowledge else None, use_knowledge=not no_knowledge,
+                                  provider_retry_window=provider_retry_window, tune_budget=tune_budget,
+                                  compile_mode=compile_mode.value, plateau_steps=plateau_steps)
         return api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir)  # type: ignore[arg-type]
 
     try:

@@ -183,3 +183,19 @@ def test_a_plateau_can_be_switched_off_for_a_soak() -> None:
                           for i in range(200)])
     assert stop_reason(flat, plateau_steps=build_config().plateau()) == "no improvement in the last 20 steps"
     assert stop_reason(flat, plateau_steps=build_config(plateau_steps=0).plateau()) is None
+
+
+def test_chat_takes_every_setting_optimize_takes() -> None:
+    """The README says chat takes optimize's flags; it lacked --provider-retry-window, --tune-budget, --compile-mode
+    and --plateau-steps, so a reviewed run could not be measured against max-autotune or ride out a long outage."""
+    import typer
+
+    from kernelwright.cli import app
+
+    commands = typer.main.get_command(app).commands
+    opt = {p.name: p for p in commands["optimize"].params}
+    chat = {p.name: p for p in commands["chat"].params}
+    missing = sorted(set(opt) - set(chat) - {"resume"} | ({"resume"} - set(chat)))
+    assert missing == [], f"optimize options chat lacks: {missing}"
+    for name in ("tune_budget", "compile_mode", "plateau_steps", "provider_retry_window"):
+        assert chat[name].default == opt[name].default and chat[name].help == opt[name].help, name
