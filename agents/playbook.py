@@ -119,8 +119,9 @@ def _shipped_score(e: PlaybookEntry, kinds: set[str], diagnosis: Diagnosis | Non
 
     On a problem with a compute kind (a GEMM with a group norm after it), an entry for none of its compute kinds
     is about the epilogue: ranked after every entry for the GEMM (so in the few slots left, if any) and only when
-    the diagnosis names what it answers (`EPILOGUE_HITS` of its words). On level2/37 (issue 23) the standalone row reduction's entries (split long rows
-    over many programs, fewer rows per program) filled half of a GEMM strategist's playbook."""
+    the diagnosis names what it answers (`EPILOGUE_HITS` of its words). On level2/37 (issue 23) the standalone row
+    reduction's entries (split long rows over many programs, fewer rows per program) filled half of a GEMM
+    strategist's playbook."""
     specific = bool(set(e.kinds) & kinds)
     if not specific and "any" not in e.kinds and kinds:
         return None

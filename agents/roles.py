@@ -223,15 +223,17 @@ LAUNCHED_KERNELS = 2
 """kernels of a child named in its history line (the rest counted)"""
 
 
-def _with_launch(ctx: RunContext, item: dict[str, Any]) -> dict[str, Any]:
+def _with_launch(ctx: RunContext, item: dict[str, Any], children: dict[str, str] | None = None) -> dict[str, Any]:
     """A history item with what its child launched (each kernel's grid, registers, spills, warps), where the
     verifier passed it: a structural child that measured no better than its parent was otherwise only a speed-up
-    number, and the model guessed why two of them did nothing (level1/35_GroupNorm_, before issue 23's changes)."""
+    number, and the model guessed why two of them did nothing (level1/35_GroupNorm_, before issue 23's changes).
+    `children`: the items' short child ids -> full ids (the archive's steps), else looked up in the run."""
     child = item.get("child")
     if not child or item.get("verdict") != "pass":
         return item
     try:
-        data = ctx.run.eval(ctx.run.find_kernel(child)) or {}
+        full = (children or {}).get(child) or ctx.run.find_kernel(child)
+        data = ctx.run.eval(full) or {}
     except Exception:  # noqa: BLE001 - an unreadable verdict leaves the line as it was
         return item
     kernels = data.get("kernels") or []
@@ -251,9 +253,10 @@ def branch_inputs(state: State, ctx: RunContext) -> list[State]:
     """One branch's input per parent of the generation, with what its strategist needs from the archive."""
     archive = load_archive(state, ctx)
     steering = ReviewDesk(ctx.run).steering()
+    children = {s.child_id[:12]: s.child_id for s in archive.steps if s.child_id}  # history items carry 12 digits
     out = []
     for i, parent in enumerate(state["parents"]):
-        history = [_with_launch(ctx, h) for h in lineage_history(archive, parent)]
+        history = [_with_launch(ctx, h, children) for h in lineage_history(archive, parent)]
         swept, sweep_text, tuned_by = tuning_seen(ctx.run.trace(), parent)
         out.append({
             "generation": state["generation"], "branch": i, "parent": parent,

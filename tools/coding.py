@@ -80,8 +80,9 @@ def coder_tools(ws: Workspace, check: QuickCheck) -> list[BaseTool]:
         times 3/4, made odd: a kernel that assumes a multiple of its block size fails there), "tail" (the real
         magnitude with a ragged last block: the largest constant set to a multiple of 1024 plus 37, or, when no
         size reaches that, the two largest made odd, 512 -> 511; other sizes halved: several blocks per row).
-        A size the reference refuses to see odd keeps its value. Example: quick_check(shapes=["small", "odd", "tail"]); only these names, no sizes of your
-        own (each variant's sizes are fixed per problem and accepted by its reference). The reply names each shape
+        A size the reference refuses to see odd keeps its value. Example: quick_check(shapes=["small", "odd",
+        "tail"]); only these names, no sizes of your own (each variant's sizes are fixed per problem and accepted
+        by its reference). The reply names each shape
         with its sizes and says pass, or fail with the reason. The variants only inform you: finish() needs
         the problem's own shapes to pass. finish() runs this check itself, so quick_check and finish may be
         called in one reply."""
