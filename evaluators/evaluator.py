@@ -42,7 +42,7 @@ from .locks import LockTimeout, measurement_lock, shared_use
 from .ledger import MemoryLedger, Reservation, ledger_for, measure
 from .memory import Plan, plan_memory, timing_bytes, usable_bytes
 from .pool import Limits, Worker, WorkerFault, WorkerPool, declared_variants
-from .problem import Precision, Problem, ProblemError
+from .problem import Precision, Problem, ProblemError, problem_from_source
 from .profiling import Profile, profile_candidate
 from .reference import GOLD_NATIVE, ReferenceSession
 from .result import Check, EvalResult, KernelLaunch, Reason, Timing, TrialRecord, bound
@@ -92,10 +92,17 @@ class EvalPolicy:
     less what is held outside the ledger); a test makes it small to make evaluations queue"""
     shared_buffers: bool = True
     """on CUDA, exchange tensors with the worker through device buffers it owns (no host copies)"""
+    program_order: str | None = None
+    """Triton's interpreter only (cpu): each launch's programs run one at a time in this order ("forward" or
+    "reverse" program id); set by the ordering check's own evaluators (`Evaluator._ordering_check`)"""
     allow_unconfined: bool = field(default_factory=sandbox.allowed_by_environment)
     """run candidates even where the OS sandbox cannot confine them (a machine the user trusts); else such an
     evaluation is verdict `error`, reason `unconfined`. Default: KERNELWRIGHT_ALLOW_UNCONFINED=1, read where
     the policy is made (it travels with the policy to device hosts and Ray actors)"""
+
+
+ORDERING_MAX_ELEMENTS = 1 << 20
+"""input elements up to which a problem with no small shape variant is run by the ordering check at its own size"""
 
 
 class ProblemTooLarge(Exception):
@@ -176,6 +183,8 @@ class Evaluator:
         self._broken: str | None = None
         self._ref_lock = threading.RLock()
         """the reference session and the evaluator's cached state; taken after a GPU lock, never before one"""
+        self._ordering: tuple[dict[str, Evaluator], WorkerPool, str] | None = None
+        self._ordering_lock = threading.Lock()
         self._footprint_lock = threading.Lock()
         if pool is not None and pool.device != str(self.device):
             raise ValueError(f"the worker pool runs on {pool.device}, this evaluator on {self.device}")
@@ -190,6 +199,12 @@ class Evaluator:
             raise
 
     def close(self) -> None:
+        with self._ordering_lock:
+            ordering, self._ordering = self._ordering, None
+        if ordering is not None:
+            for ev in ordering[0].values():
+                ev.close()
+            ordering[1].close()
         if self._own_pool:
             self.pool.close()
 
@@ -439,6 +454,8 @@ class Evaluator:
             if self._broken:
                 raise RuntimeError(f"this evaluator can no longer judge: {self._broken}")
             self._static(source, checks)
+            if self.policy.static_check and self.policy.program_order is None:
+                self._ordering_check(source, checks, phases)
             t0 = time.monotonic()
             plan = self.plan()
             phases["plan_s"] = time.monotonic() - t0
@@ -570,6 +587,80 @@ class Evaluator:
             more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
             raise Reject(Reason.FORBIDDEN_CODE, first.sentence() + more, "static", first.rule)
         checks.append(Check(name="static", outcome="pass"))
+
+    def _ordering_check(self, source: str, checks: list[Check], phases: dict[str, float]) -> None:
+        """A kernel that takes a ticket may spin on work items claimed before it (`static.ticket_waits`). That it
+        waits on nothing else is checked here by running it where residency is one program: Triton's interpreter,
+        on the CPU, at the problem's small shape, each launch's programs one at a time, in reverse and then in
+        forward program-id order (`EvalPolicy.program_order`). A program that waits on one that has not started
+        never finishes in one of the two orders, whatever order its author relied on (program ids, dispatch
+        order); one that waits only on smaller tickets finishes in both, and must be right in both. A hang is cut
+        at the CPU's execution limit. Fails closed: a kernel the check cannot run may not wait."""
+        lines = static.ticket_waits(source)
+        if not lines:
+            return
+        where = f"line {lines[0]}" + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
+        t0 = time.monotonic()
+        try:
+            evaluators, label = self._ordering_evaluators()
+        except Exception as e:  # noqa: BLE001 - no small shape, or its reference cannot be built: no waits then
+            raise Reject(Reason.FORBIDDEN_CODE,
+                         f"{where}: a loop waits on other programs, and the check that allows such waits (the kernel "
+                         f"run at a small shape in Triton's interpreter, programs one at a time) cannot run for this "
+                         f"problem: {type(e).__name__}: {str(e).strip()[:300]}", "ordering", "inter_program_wait"
+                         ) from None
+        for order, ev in evaluators.items():
+            r = ev.evaluate(source)
+            phases[f"ordering_{order}_s"] = r.phases.get("total_s", 0.0)
+            if r.verdict == "pass":
+                continue
+            how = f"with each launch's programs run one at a time in {order} program-id order ({label}, Triton's " \
+                  f"interpreter)"
+            if r.verdict == "error":
+                raise RuntimeError(f"the ordering check could not judge the kernel {how}: {r.reason}: {r.detail}")
+            if r.reason == Reason.TIMEOUT:
+                raise Reject(Reason.FORBIDDEN_CODE,
+                             f"{where}: programs wait on a program that has not started: {how} the kernel did not "
+                             f"finish. A program may wait only on work items claimed before its own ticket "
+                             f"(`t = tl.atomic_add(counter, 1)`), never on program ids or later tickets",
+                             "ordering", "inter_program_wait")
+            raise Reject(r.reason, f"{how}: {r.detail}", "ordering", r.rule)
+        phases["ordering_s"] = time.monotonic() - t0
+        checks.append(Check(name="ordering", outcome="pass",
+                            detail=f"spin loop at {where} waits only on earlier tickets: finished and correct with "
+                                   f"programs one at a time in reverse and forward order ({label})"))
+
+    def _ordering_evaluators(self) -> tuple[dict[str, Evaluator], str]:
+        """The ordering check's two evaluators (reverse, forward) of the problem at its small shape on the CPU,
+        sharing one worker pool; built on first use, closed with this evaluator."""
+        with self._ordering_lock:
+            if self._ordering is None:
+                from .variants import shapes_for
+
+                shapes, dropped, _ = shapes_for(self.problem.source, self.problem.path, ("small",))
+                small = next((sh for sh in shapes if sh.name == "small"), None)
+                if small is not None:
+                    sizes, label = small.sizes, small.label()
+                elif (shapes[0].elements or ORDERING_MAX_ELEMENTS + 1) <= ORDERING_MAX_ELEMENTS:
+                    sizes, label = {}, shapes[0].label()
+                else:
+                    raise ValueError(dropped.get("small") or "the problem has no size constants to make it small")
+                problem = problem_from_source(self.problem.source, self.problem.path, self.precision.value, sizes=sizes)
+                pool = WorkerPool("cpu", self.policy.limits, 0, allow_unconfined=self.policy.allow_unconfined)
+                made: dict[str, Evaluator] = {}
+                try:
+                    for order in ("reverse", "forward"):
+                        policy = EvalPolicy(trials=1, families=("base",), timing=False, spares=0, compile_mode=None,
+                                            limits=self.policy.limits, program_order=order,
+                                            allow_unconfined=self.policy.allow_unconfined)
+                        made[order] = Evaluator(problem, "cpu", policy, pool=pool)
+                except BaseException:
+                    for ev in made.values():
+                        ev.close()
+                    pool.close()
+                    raise
+                self._ordering = (made, pool, label)
+            return self._ordering[0], self._ordering[2]
 
     def _limits(self, reps: int = 0) -> dict[str, float]:
         return self.policy.limits.scaled(self.reference.forward_s, self.device.type, reps)
@@ -794,8 +885,11 @@ class Evaluator:
                                  draw_inputs=draw_inputs, ncu=ncu)
 
     def _load_payload(self, source: str) -> dict[str, Any]:
-        return {"source": source, "init_args": self.reference.init_inputs, "state": self.reference.state,
-                "cast_dtype": self.precision.cast_dtype, "allow_streams": self.problem.allow_streams}
+        payload = {"source": source, "init_args": self.reference.init_inputs, "state": self.reference.state,
+                   "cast_dtype": self.precision.cast_dtype, "allow_streams": self.problem.allow_streams}
+        if self.policy.program_order is not None:
+            payload["program_order"] = self.policy.program_order
+        return payload
 
     # -- timing ---------------------------------------------------------------------------------------
 

@@ -173,6 +173,8 @@ class _Checker(ast.NodeVisitor):
         self.getters: dict[str, list[str]] = {}  # local name -> the attribute names of an attrgetter bound to it
         self.called: set[int] = set()  # ids of the expressions in a call's function position
         self.bound = bound or set()  # every name the source binds (a parameter called `input` is no builtin)
+        self.tickets: list[set[str]] = []  # per enclosing function: the names bound to a ticket (`_ticket_names`)
+        self.ticket_waits: list[int] = []  # lines of spin loops allowed because their function takes a ticket
 
     def flag(self, node: ast.AST, rule: str, message: str) -> None:
         self.violations.append(StaticViolation(rule, getattr(node, "lineno", 0), message))
@@ -416,13 +418,24 @@ class _Checker(ast.NodeVisitor):
         self._check_target(node.target)
         self.generic_visit(node)
 
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self.tickets.append(_ticket_names(node))
+        self.generic_visit(node)
+        self.tickets.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
     def visit_While(self, node: ast.While) -> None:
-        """A loop that spins until a value other programs write arrives: the candidate contract forbids it
-        (programs of one launch are not guaranteed to be resident together, so such a kernel hangs where they
-        are not: a larger grid, another kernel on the GPU). The loop's condition, or a name the condition reads
-        that the loop's body assigns, comes from a volatile load or from an atomic that only reads (an add, or,
-        xor or max of 0; a compare-and-swap writing back what it compares). A lock (`atomic_cas(lock, 0, 1)`,
-        released by the same program) and a work counter (`atomic_add(counter, 1)`) are not waits."""
+        """A loop that spins until a value other programs write arrives. Programs of one launch are not
+        guaranteed to be resident together, so a kernel whose programs wait on programs that may not have started
+        hangs where they are not (a larger grid, another kernel on the GPU). The one safe form: a program claims
+        its work item with a ticket (`t = tl.atomic_add(counter, 1)`) and waits only on items claimed before it,
+        whose programs are already running (decoupled look-back). So a spin loop in a function that takes a
+        ticket is recorded (`ticket_waits`) for the ordering check, which runs the kernel with programs one at a
+        time in both orders; any other spin loop is rule `inter_program_wait`. A spin loop: its condition, or a
+        name the condition reads that the loop's body assigns, comes from a volatile load or from an atomic that
+        only reads (an add, or, xor or max of 0; a compare-and-swap writing back what it compares). A lock
+        (`atomic_cas(lock, 0, 1)`, released by the same program) and a work counter are not waits."""
         reads = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
         sources: list[ast.AST] = [node.test]
         for stmt in node.body:
@@ -434,9 +447,16 @@ class _Checker(ast.NodeVisitor):
         for src in sources:
             for call in ast.walk(src):
                 if isinstance(call, ast.Call) and _waits_on_memory(call):
-                    self.flag(node, "inter_program_wait",
-                              "a loop waits on a value other programs write (a spin on a volatile load or a "
-                              "reading atomic): programs of one launch may not wait on one another")
+                    if self.tickets and self.tickets[-1]:
+                        # a program that took a ticket may wait on work items claimed before it (decoupled
+                        # look-back); that it waits on nothing else is checked by running it, programs one at a
+                        # time in both orders (`Evaluator._ordering_check`), not here
+                        self.ticket_waits.append(node.lineno)
+                    else:
+                        self.flag(node, "inter_program_wait",
+                                  "a loop waits on a value other programs write (a spin on a volatile load or a "
+                                  "reading atomic) and its kernel takes no ticket: programs of one launch may wait "
+                                  "only on work items claimed before their own ticket (`tl.atomic_add(counter, 1)`)")
                     self.generic_visit(node)
                     return
         self.generic_visit(node)
@@ -454,6 +474,17 @@ class _Checker(ast.NodeVisitor):
 
 def check_source(source: str, *, allow_streams: bool = False) -> list[StaticViolation]:
     """All rule violations in a candidate's source, in source order. Raises SyntaxError if it does not parse."""
+    return _checked(source, allow_streams).violations
+
+
+def ticket_waits(source: str) -> list[int]:
+    """The lines of the spin loops `check_source` let through because their kernel takes a ticket: a candidate
+    with any must pass the ordering check (`Evaluator._ordering_check`) before it is judged. Raises SyntaxError
+    if the source does not parse."""
+    return _checked(source, False).ticket_waits
+
+
+def _checked(source: str, allow_streams: bool) -> _Checker:
     tree = pyast.parse(source)
     bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
@@ -461,7 +492,33 @@ def check_source(source: str, *, allow_streams: bool = False) -> list[StaticViol
     bound |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     checker = _Checker(allow_streams, bound)
     checker.visit(tree)
-    return sorted(dict.fromkeys(checker.violations), key=lambda v: v.line)  # one report per rule, line, message
+    # one report per rule, line, message
+    checker.violations = sorted(dict.fromkeys(checker.violations), key=lambda v: v.line)
+    return checker
+
+
+def _ticket_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The names a function binds to a ticket: `t = tl.atomic_add(counter, 1)` (any atomic add of the literal
+    1 whose old value is kept), the work index of a program that claims its work in the order it started.
+    Nested functions are their own scope and not looked into."""
+    names: set[str] = set()
+    todo: list[ast.AST] = list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _is_ticket(node.value):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        todo.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _is_ticket(call: ast.Call) -> bool:
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id if isinstance(call.func, ast.Name) else ""
+    if name != "atomic_add":
+        return False
+    val = call.args[1] if len(call.args) > 1 else {k.arg: k.value for k in call.keywords if k.arg}.get("val")
+    return isinstance(val, ast.Constant) and not isinstance(val.value, bool) and val.value == 1
 
 
 _READING_ATOMICS = {"atomic_add", "atomic_or", "atomic_xor", "atomic_max", "atomic_umax"}

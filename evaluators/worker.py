@@ -101,6 +101,34 @@ def _warm(dev: Any) -> None:
     del x, y
 
 
+PROGRAM_ORDERS = ("forward", "reverse")
+"""the orders Triton's interpreter may run a launch's programs in, one at a time (`_set_program_order`)"""
+
+
+def _set_program_order(order: str) -> None:
+    """Run every launch's programs one at a time in `order` (Triton's interpreter runs them in program-id order,
+    each to its end before the next starts): "reverse" gives the last program id first. A kernel whose programs
+    wait on a program that has not started then never finishes, whatever order its author relied on; one that
+    waits only on work items claimed earlier through a ticket finishes in both orders (the ordering check,
+    `Evaluator._ordering_check`). Set before the candidate is imported; it cannot reach the builder through
+    the imports the static check allows."""
+    if order not in PROGRAM_ORDERS:
+        raise ValueError(f"unknown program order {order!r}")
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    own = type(builder).set_grid_idx
+    if order == "forward":
+        builder.__dict__.pop("set_grid_idx", None)
+        return
+
+    def set_grid_idx(x: int, y: int, z: int) -> None:
+        nx, ny, nz = builder.grid_dim
+        own(builder, nx - 1 - x, ny - 1 - y, nz - 1 - z)
+
+    builder.set_grid_idx = set_grid_idx
+
+
 def _thread_count() -> int:
     """Threads alive besides the main one, however they were started (threading or raw _thread)."""
     import _thread
@@ -276,6 +304,11 @@ class Session:
         source, init_args, state = payload["source"], payload["init_args"], payload["state"]
         cast = payload.get("cast_dtype")
         self.guard.allow_streams = bool(payload.get("allow_streams"))
+        order = payload.get("program_order")
+        if order is not None:
+            if self.dev.type != "cpu":
+                return self._fail("program_order", "a program order can be set only in Triton's interpreter (cpu)")
+            _set_program_order(str(order))
         with open(self.candidate_file, "w") as f:
             f.write(source)
         self.threads0 = _thread_count()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.evaluators.static import StaticViolation, check_source
+from kernelwright.evaluators.static import StaticViolation, check_source, ticket_waits
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -234,3 +234,30 @@ HONEST_FILES = sorted(
 def test_honest_kernels_pass(path: Path) -> None:
     violations = check_source(path.read_text())
     assert violations == [], [v.sentence() for v in violations]
+
+
+# A spin loop in a kernel that claims its work with a ticket is left to the ordering check (docs/contract.md,
+# "When programs may wait on one another"); without a ticket in the same function it is a violation.
+TICKET_WAIT = ("import triton.language as tl\ndef k(c, f):\n    t = tl.atomic_add(c, 1)\n"
+               "    while tl.atomic_add(f + t - 1, 0) == 0:\n        pass\n")
+
+
+def test_a_spin_loop_in_a_kernel_that_takes_a_ticket_goes_to_the_ordering_check() -> None:
+    assert check_source(TICKET_WAIT) == []
+    assert ticket_waits(TICKET_WAIT) == [4]
+
+
+@pytest.mark.parametrize("source", [
+    # the ticket is taken in another function: each kernel is judged on its own
+    "import triton.language as tl\ndef claim(c):\n    t = tl.atomic_add(c, 1)\n    return t\n"
+    "def k(f, t):\n    while tl.atomic_add(f + t - 1, 0) == 0:\n        pass\n",
+    # an atomic add of 2 (or of a variable) is no ticket
+    "import triton.language as tl\ndef k(c, f):\n    t = tl.atomic_add(c, 2)\n"
+    "    while tl.load(f + t, volatile=True) == 0:\n        pass\n",
+    # a ticket taken only inside a nested function does not cover the outer one
+    "import triton.language as tl\ndef k(c, f):\n    def inner(c):\n        t = tl.atomic_add(c, 1)\n"
+    "    while tl.atomic_max(f, 0) < 3:\n        pass\n",
+])
+def test_a_spin_loop_without_a_ticket_of_its_own_is_still_refused(source: str) -> None:
+    assert [v.rule for v in check_source(source)] == ["inter_program_wait"]
+    assert ticket_waits(source) == []
