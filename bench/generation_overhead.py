@@ -4,7 +4,7 @@
     python bench/generation_overhead.py [RUN_TGZ] [--branches 16,32]
 
 RUN_TGZ is a run directory's `archive/`, `kernels/`, `run.json` and `problem.py` packed (by default the
-two-H200 `optimize` run of 40_LayerNorm, 16 branches, 48 children: `bench/results/issue13/h200x2/opt-n-run.tgz`).
+two-H200 `optimize` run of 40_LayerNorm, 16 branches, 48 children: `bench/results/scale/h200x2/opt-n-run.tgz`).
 For each branch count, the generations are planned in order in one process, as a run does: once with each
 kernel's knobs read once (`moves.knobs`, remembered by source) and once read again by every caller (as before
 2026-11-26). Prints a table of seconds per generation.
@@ -26,7 +26,7 @@ from kernelwright.agents import moves, roles  # noqa: E402
 from kernelwright.agents.context import RunConfig  # noqa: E402
 from kernelwright.tools.runstore import Run  # noqa: E402
 
-DEFAULT = ROOT / "bench" / "results" / "issue13" / "h200x2" / "opt-n-run.tgz"
+DEFAULT = ROOT / "bench" / "results" / "scale" / "h200x2" / "opt-n-run.tgz"
 
 
 class _Context:

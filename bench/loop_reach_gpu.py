@@ -2,11 +2,11 @@
 their real sizes, against the seed, eager, torch.compile (default and max-autotune) and the roofline floor,
 after a stated budget; and how long the quick check takes against a full verification.
 
-    python3 bench/issue10_gpu.py --out DIR [--iterations 8] [--branches 2] [--names softmax,23_Softmax]
+    python3 bench/loop_reach_gpu.py --out DIR [--iterations 8] [--branches 2] [--names softmax,23_Softmax]
                                  [--kb .kb] [--skip-loop] [--skip-quick] [--skip-max-autotune]
-                                 [--max-autotune-timeout 240] [--best-from OLD/issue10.json]
-    python3 bench/issue10_gpu.py --report A/issue10.json B/issue10.json      (merge calls, print the tables)
-    python3 bench/issue10_gpu.py --device cpu --small --names softmax --iterations 2 --out /tmp/i10  (a check
+                                 [--max-autotune-timeout 240] [--best-from OLD/loop_reach.json]
+    python3 bench/loop_reach_gpu.py --report A/loop_reach.json B/loop_reach.json      (merge calls, print the tables)
+    python3 bench/loop_reach_gpu.py --device cpu --small --names softmax --iterations 2 --out /tmp/i10  (a check
                                                                            of this script in the interpreter)
 
 Problems (`--names`): softmax, layernorm, matmul_gelu (examples/<name>/problem.py with their seed.py) and
@@ -31,9 +31,9 @@ per problem (bounded by --max-autotune-timeout). Split the calls to stay under 9
   1. --names softmax,layernorm,matmul_gelu --skip-quick --skip-max-autotune
   2. --names 23_Softmax,40_LayerNorm --skip-quick --skip-max-autotune
   3. --skip-loop --skip-max-autotune                                   (quick check, all five)
-  4. --skip-loop --skip-quick --names ... --best-from 1/issue10.json 2/issue10.json   (max-autotune; the
+  4. --skip-loop --skip-quick --names ... --best-from 1/loop_reach.json 2/loop_reach.json   (max-autotune; the
      JSON files must be in the device's working tree; without --best-from the seeds are measured)
-and merge them with --report. Writes issue10.json under --out after every part; prints markdown tables at the end.
+and merge them with --report. Writes loop_reach.json under --out after every part; prints markdown tables at the end.
 """
 
 from __future__ import annotations
@@ -305,7 +305,7 @@ def merge(paths: list[str]) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="/tmp/kw-issue10")
+    ap.add_argument("--out", default="/tmp/kw-loop-reach")
     ap.add_argument("--iterations", type=int, default=8, help="children judged per problem (the budget)")
     ap.add_argument("--branches", type=int, default=2)
     ap.add_argument("--trials", type=int, default=5, help="trials per input family (loop and quick check)")
@@ -318,10 +318,10 @@ def main() -> int:
     ap.add_argument("--skip-quick", action="store_true")
     ap.add_argument("--skip-max-autotune", action="store_true")
     ap.add_argument("--max-autotune-timeout", type=float, default=240.0, help="seconds per problem")
-    ap.add_argument("--best-from", nargs="*", default=[], help="issue10.json of earlier calls: their best kernels "
+    ap.add_argument("--best-from", nargs="*", default=[], help="loop_reach.json of earlier calls: their best kernels "
                     "are measured against max-autotune when this call runs no loop")
     ap.add_argument("--small", action="store_true", help="shrink the problems (CPU check of this script only)")
-    ap.add_argument("--report", nargs="+", default=None, metavar="JSON", help="merge earlier calls' issue10.json "
+    ap.add_argument("--report", nargs="+", default=None, metavar="JSON", help="merge earlier calls' loop_reach.json "
                     "and print the tables (no device needed)")
     a = ap.parse_args()
     if a.report:
@@ -332,7 +332,7 @@ def main() -> int:
     import triton
 
     if a.device.startswith("cuda") and not torch.cuda.is_available():
-        print("issue10_gpu.py needs a CUDA GPU (none is visible); use --device cpu --small to check the script.",
+        print("loop_reach_gpu.py needs a CUDA GPU (none is visible); use --device cpu --small to check the script.",
               file=sys.stderr)
         return 2
     names = [n.strip() for n in a.names.split(",") if n.strip()]
@@ -351,7 +351,7 @@ def main() -> int:
         "argv": sys.argv[1:], "rows": {}}
 
     def save() -> None:
-        (out_dir / "issue10.json").write_text(json.dumps(out, indent=1, default=str))
+        (out_dir / "loop_reach.json").write_text(json.dumps(out, indent=1, default=str))
 
     t_all = time.time()
     for name in names:

@@ -4,7 +4,7 @@
 # where Chromium is), its export in every format with and without the gain filter, and a handoff of its
 # best kernel whose own pytest and benchmark are run here, on the GPU, in a clean environment that has
 # torch, triton and pytest but no kernelwright.
-#   bench/issue12_gpu.sh PROBLEM SEED [ITERATIONS] [TIME_BUDGET]
+#   bench/inspect_run_gpu.sh PROBLEM SEED [ITERATIONS] [TIME_BUDGET]
 set -uo pipefail
 OUT=${OUT:-/tmp/kw-out}
 mkdir -p "$OUT"
