@@ -1,3 +1,6 @@
-"""The five roles as graph nodes, with LLM and builtin policies. So far: the archive (`archive.py`),
-the decision schemas (`schemas.py`), the builtin policy (`builtin.py`, `moves.py`). Knows tools, prompts,
-state; never graphs or the CLI."""
+"""The roles' decisions and what they share: the seed writer, selection, analyst, strategist, coder, verifier and
+archive steps (`roles.py`), with builtin (`builtin.py`, `moves.py`, `tuning.py`) and language-model (`llm.py`,
+`briefing.py`, `playbook.py`) policies; the archive (`archive.py`), the stop rules (`stopping.py`), the decision
+schemas (`schemas.py`), the trace's step record (`records.py`), reviews and steering (`review.py`), the chat
+agent (`chat_agent.py`) and what a run is and holds (`context.py`). Knows tools, evaluators and prompts; never
+the graphs or the CLI."""

@@ -1,1 +1,4 @@
-"""The functions the roles call: evaluation with a per-run verdict cache (`evaluation.py`). Knows evaluators and the run store."""
+"""What the roles call, and what the front doors read a run through: the run directory (`runstore.py`), evaluation
+with a per-run verdict cache and the quick check's shape variants (`evaluation.py`), the coder's editing tools
+(`coding.py`), the review desk (`review.py`) and the knowledge store kept across runs (`knowledge.py`). Knows
+evaluators; never agents, graphs or the CLI."""
