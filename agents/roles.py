@@ -444,10 +444,15 @@ def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
             return False, "\n".join([*lines, f"{', '.join(shapes)}: not run (the problem's own shapes fail)"])
         variants = ctx.evaluations.quick_variants(source, device, shapes)
         lines += [v.line() for v in variants]
-        fixed = ctx.evaluations.fixed_sizes()
-        if fixed:  # say what no variant changes, so a path along those dimensions is not taken for tested
+        # say which weight sizes no variant that ran changed, so a path along those dimensions is not taken for
+        # tested (only the odd variant makes them odd, where the reference accepts it)
+        ran = [v.shape for v in variants if v.result is not None]
+        fixed = {k: v for k, v in ctx.evaluations.fixed_sizes().items()
+                 if all(shape.sizes.get(k, v) == v for shape in ran)}
+        if fixed:
             lines.append("not varied by any shape: " + ", ".join(f"{k}={v}" for k, v in fixed.items())
-                         + " (read only by get_init_inputs: the weights keep their shapes)")
+                         + " (read only by get_init_inputs: the weights keep these sizes"
+                         + ("" if "odd" in shapes else "; the odd variant makes those it can odd") + ")")
         return all(v.passed or v.result is None for v in variants), "\n".join(lines)
 
     return check

@@ -6,8 +6,9 @@ quick check (`tools.evaluation.Evaluations.quick_variants`) both build their var
 
     small  the largest size constant halved until the inputs are small (the batch of 16 stays 16 while a row
            of 393216 becomes 4096): quick to run, even in Triton's interpreter
-    odd    the small sizes times 3/4, made odd (never a power of two): a kernel that assumes its sizes are a
-           multiple of its block size shows it here
+    odd    the small sizes times 3/4, made odd (never a power of two), and the weights' sizes (ints only
+           get_init_inputs reads: KernelBench's hidden_size, out_features) made odd too: a kernel that assumes
+           its sizes are a multiple of its block size shows it here
     tail   the problem's own sizes, its largest constant set to a multiple of 1024 plus 37 (never above its real
            value) and the other constants halved while the inputs exceed `TAIL_TARGET`: the real-size path of a
            kernel (several chunks per row, a strategy chosen by size) with a ragged last block. `small` and
@@ -77,9 +78,8 @@ def size_constants(module: Any) -> dict[str, int]:
 
 def fixed_constants(module: Any) -> dict[str, int]:
     """The size-like module-level ints that only get_init_inputs() reads (KernelBench's hidden_size, out_features:
-    the shapes of the model's weights). The variants leave them as they are, so a path a kernel takes along
-    those dimensions (a ragged last block of output columns) is exercised only at the problem's own values; the
-    quick check says so."""
+    the shapes of the model's weights). Only the odd variant changes them, each made odd where the reference
+    accepts it (`_odd_weights`); the quick check names those no variant it ran changed."""
     fn = getattr(module, "get_init_inputs", None)
     code = getattr(fn, "__code__", None)
     if code is None:
@@ -181,6 +181,16 @@ def _fragile(source: str, path: str, small: dict[str, int]) -> set[str]:
             and accepts(source, path, {**small, name: _odd_of(small[name])}) is not None}
 
 
+def _odd_weights(source: str, path: str, odd: dict[str, int]) -> dict[str, int]:
+    """The odd variant's weight sizes (`fixed_constants`: read only by get_init_inputs), each made odd where the
+    reference accepts it, tried alone at the odd sizes: a kernel's ragged last block of output columns or of a
+    hidden dimension runs there. A weight size the reference refuses to see odd (a group count a channel count
+    must be a multiple of) keeps its value."""
+    fixed = fixed_constants(problem_from_source(source, path).module)
+    return {name: _odd_of(v) for name, v in fixed.items()
+            if _odd_of(v) != v and accepts(source, path, {**odd, name: _odd_of(v)}) is None}
+
+
 def _odd(small: dict[str, int], fragile: set[str]) -> dict[str, int]:
     """The odd variant: every small size times 3/4 and made odd (not a power of two), so a kernel that assumes a
     multiple of its block size shows it; a size the reference refuses to see odd keeps its small value."""
@@ -201,7 +211,9 @@ def shapes_for(source: str, path: str, names: tuple[str, ...] = ("small", "odd")
         return [own], {}, sizes
     small = _small(source, path, sizes, own.elements)
     fragile = _fragile(source, path, small) if ("odd" in names or "tail" in names) else set()
-    built: dict[str, dict[str, int] | str] = {"small": small, "odd": _odd(small, fragile)}
+    odd = _odd(small, fragile)
+    weights = _odd_weights(source, path, odd) if "odd" in names else {}
+    built: dict[str, dict[str, int] | str] = {"small": small, "odd": {**odd, **weights}}
     if "tail" in names:
         built["tail"] = _tail(source, path, sizes, fragile)
     shapes, dropped, seen = [own], {}, [sizes]
@@ -215,6 +227,9 @@ def shapes_for(source: str, path: str, names: tuple[str, ...] = ("small", "odd")
         if s in seen:
             continue
         why = accepts(source, path, s)
+        if why and name == "odd" and weights:  # the weight sizes made odd together were refused: without them
+            s = odd
+            why = accepts(source, path, s)
         if why:
             dropped[name] = why
             continue

@@ -77,7 +77,8 @@ def coder_tools(ws: Workspace, check: QuickCheck) -> list[BaseTool]:
         """Compile the current kernel and run a fast correctness check at the problem's own shapes. `shapes`:
         also run it at shape variants made from the problem's size constants (batch_size, dim, ...), each
         judged apart: "small" (the largest size halved until the inputs are small), "odd" (the small sizes
-        times 3/4, made odd: a kernel that assumes a multiple of its block size fails there), "tail" (the real
+        times 3/4, made odd, and so are the weights' sizes that only get_init_inputs reads: a kernel that assumes
+        a multiple of its block size fails there), "tail" (the real
         magnitude with a ragged last block: the largest constant set to a multiple of 1024 plus 37, or, when no
         size reaches that, the two largest made odd, 512 -> 511; other sizes halved: several blocks per row).
         A size the reference refuses to see odd keeps its value. Example: quick_check(shapes=["small", "odd",

@@ -108,3 +108,43 @@ def test_a_size_the_reference_refuses_to_see_odd_is_kept_and_the_others_still_va
     assert got["odd"]["features"] == got["small"]["features"] and got["odd"]["features"] % 8 == 0
     assert all(v % 2 == 1 for k, v in got["odd"].items() if k != "features")
     assert got["tail"]["dim1"] == got["tail"]["dim2"] == 511 and got["tail"]["features"] == 64
+
+
+WEIGHTS = '''import torch
+import torch.nn as nn
+
+batch_size = 256
+in_features = 64
+hidden = 96
+groups = 8
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, hidden, groups):
+        super().__init__()
+        self.gn = nn.GroupNorm(groups, in_features)
+        self.linear = nn.Linear(in_features, hidden)
+
+    def forward(self, x):
+        return self.linear(self.gn(x))
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, hidden, groups]
+'''
+
+
+def test_the_odd_variant_makes_the_weights_sizes_odd_where_the_reference_accepts_it() -> None:
+    """hidden is read only by get_init_inputs (a Linear's output columns): the odd variant makes it odd, so a
+    ragged last block of columns runs. The group count is kept (7 groups do not divide 64 channels), as is the
+    channel count (47 channels are not a multiple of 8 groups); the small variant changes no weight size."""
+    shapes, dropped, sizes = shapes_for(WEIGHTS, "w.py", ("small", "odd"))
+    assert dropped == {} and sizes == {"batch_size": 256, "in_features": 64}
+    got = {s.name: s.sizes for s in shapes}
+    assert "hidden" not in got["small"] and "groups" not in got["small"]
+    assert got["odd"]["hidden"] == 73 and "groups" not in got["odd"], got["odd"]
+    assert got["odd"]["in_features"] == got["small"]["in_features"] == 64 and got["odd"]["batch_size"] % 2 == 1

@@ -250,8 +250,9 @@ def test_on_a_real_gpu_the_quick_check_times_roughly_and_catches_the_tail(tmp_pa
 
 
 def test_the_quick_check_names_the_sizes_no_variant_changes(tmp_path: Path) -> None:
-    """A size only get_init_inputs() reads (the weights' shapes: KernelBench's hidden_size) is never varied: the
-    reply says so, so that a ragged path along it is not taken for tested (a model asked, on level2/56)."""
+    """A size only get_init_inputs() reads (the weights' shapes: KernelBench's hidden_size) is varied by the odd
+    variant alone: a reply without it says so, so that a ragged path along it is not taken for tested (a model
+    asked, on level2/56); with it, the size is made odd and nothing is left unvaried."""
     problem = PROBLEM.replace("dim = 2048\n", "dim = 2048\nhidden = 24\n").replace(
         "    def __init__(self):\n        super().__init__()\n",
         "    def __init__(self, hidden):\n        super().__init__()\n        self.hidden = hidden\n").replace(
@@ -260,14 +261,18 @@ def test_the_quick_check_names_the_sizes_no_variant_changes(tmp_path: Path) -> N
     evaluations = Evaluations(run, trials=1)
     ctx = SimpleNamespace(config=SimpleNamespace(on_cpu=True, device_for=lambda branch: "cpu"),
                           evaluations=evaluations, run=run)
+    honest = HONEST.replace("def __init__(self):", "def __init__(self, hidden):")
     try:
-        ok, msg = quick_check(ctx)(HONEST.replace("def __init__(self):", "def __init__(self, hidden):"),  # type: ignore[arg-type]
-                                   ("small",))
+        ok, msg = quick_check(ctx)(honest, ("small",))  # type: ignore[arg-type]
+        ok_odd, msg_odd = quick_check(ctx)(honest, ("odd",))  # type: ignore[arg-type]
     finally:
         evaluations.close()
     assert ok, msg
     assert msg.splitlines()[1:] == ["small (batch_size=8, dim=512): pass", "not varied by any shape: hidden=24 (read "
-                                    "only by get_init_inputs: the weights keep their shapes)"]
+                                    "only by get_init_inputs: the weights keep these sizes; the odd variant makes "
+                                    "those it can odd)"]
+    assert ok_odd, msg_odd
+    assert msg_odd.splitlines()[1:] == ["odd (batch_size=7, dim=385, hidden=19): pass"], msg_odd
     # the problem without such a size says nothing of it
     ok, msg = quick_check(SimpleNamespace(config=ctx.config, evaluations=Evaluations(
         RunStore(tmp_path / "b").create("relu2.py", PROBLEM), trials=1), run=None))(HONEST, ("small",))  # type: ignore[arg-type]
