@@ -167,6 +167,8 @@ class Usage:
             self.reasoning.append(text)
 
     def record(self) -> dict[str, Any]:
+        """The counts so far as the fields of `tools.runstore.ModelUsage`, the one record of model usage (the
+        caller adds the transcript and any error)."""
         return {"model": self.model, "calls": self.calls, "retries": self.retries, "input_tokens": self.input_tokens,
                 "output_tokens": self.output_tokens, "tokens": self.tokens, "cost_usd": round(self.cost_usd, 6),
                 "reasoning": self.reasoning}

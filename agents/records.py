@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelwright.evaluators import Timing
+from kernelwright.tools.runstore import ModelUsage
 
 from .archive import Outcome, Step
 from .review import ReviewRecord
@@ -36,33 +37,6 @@ class Confirmation(BaseModel):
     reason: str
     detail: str = ""
     max_rel_error: float | None = None
-
-
-class RoleUsage(BaseModel):
-    """One role's model calls within a step."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    model: str
-    """the provider:model spec the role used"""
-    calls: int = 0
-    """model calls made"""
-    retries: int = 0
-    """transient provider failures retried"""
-    input_tokens: int = 0
-    output_tokens: int = 0
-    tokens: int = 0
-    """input + output tokens"""
-    cost_usd: float = 0.0
-    """at the run's prices (0 when no price was given)"""
-    reasoning: list[str] = Field(default_factory=list)
-    """the model's reasoning text, where the provider returns it"""
-    transcript: str
-    """path of the role's full transcript, relative to the run directory"""
-    error: str | None = None
-    """one sentence, when the role's model failed (the branch then falls back or ends)"""
-    error_kind: Literal["provider", "model"] | None = None
-    """provider: the service failed for good (retries spent); model: it kept answering unusably"""
 
 
 class CoderRecord(BaseModel):
@@ -143,7 +117,7 @@ class StepRecord(BaseModel):
     """what the coder did"""
     child: str | None = None
     """the child kernel's hash (None: no child was made)"""
-    llm: dict[str, RoleUsage] = Field(default_factory=dict)
+    llm: dict[str, ModelUsage] = Field(default_factory=dict)
     """per role that used a model"""
     verdict: Literal["pass", "fail", "error"] | None = None
     """the verifier's verdict on the child; error: the evaluator failed, not the child"""

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,24 +36,40 @@ class RunError(Exception):
     """A run that does not exist or cannot be used; the message is one sentence."""
 
 
-class SeedAttempt(BaseModel):
-    """One kernel the coder's model wrote from the reference, when no seed kernel was given."""
+class ModelUsage(BaseModel):
+    """One role's model calls: a step's analyst, strategist or coder, or a first-kernel attempt.
 
-    model_config = ConfigDict(use_attribute_docstrings=True)
+    The one record of model usage (the trace's `llm`, run.json's `seed_attempts`), written from the live counter
+    `agents.llm.Usage.record()`."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     model: str = ""
+    """the provider:model spec the role used"""
     calls: int = 0
+    """model calls made"""
     retries: int = 0
+    """transient provider failures retried"""
     input_tokens: int = 0
     output_tokens: int = 0
     tokens: int = 0
+    """input + output tokens"""
     cost_usd: float = 0.0
+    """at the run's prices (0 when no price was given)"""
     reasoning: list[str] = Field(default_factory=list)
+    """the model's reasoning text, where the provider returns it"""
     transcript: str = ""
-    """the writer's transcript, relative to the run directory"""
+    """path of the role's full transcript, relative to the run directory"""
     error: str | None = None
-    error_kind: str | None = None
-    """provider or model, when the model failed"""
+    """one sentence, when the role's model failed (the branch then falls back or ends)"""
+    error_kind: Literal["provider", "model"] | None = None
+    """provider: the service failed for good (retries spent); model: it kept answering unusably"""
+
+
+class SeedAttempt(ModelUsage):
+    """One kernel the coder's model wrote from the reference, when no seed kernel was given: its model usage and
+    the verifier's word on it."""
+
     kernel: str | None = None
     """the kernel's hash, when one was written"""
     verdict: str | None = None
