@@ -88,6 +88,9 @@ def seed(state: State, ctx: RunContext) -> State:
     h = run.info().config.seed_kernel
     written = h is None
     if h is None:
+        # every device the run uses is set up (workers, reference, baselines) while the model writes the first
+        # kernel, instead of on the critical path of that kernel's verification
+        ctx.evaluations.prepare(cfg.places())
         h, provider_down = _write_seed(ctx)
         if h is None:
             why = provider_down or "the model wrote no kernel that passes the verifier from the reference"
@@ -169,7 +172,9 @@ def _write_seed(ctx: RunContext) -> tuple[str | None, str | None]:
         if k >= n and (best is not None or rejected is None):
             break  # one per branch, then repairs only while nothing passed and a rejected kernel can be repaired
         attempt_words = f"attempt {k + 1} of {n}" if k < n else f"repair {k - n + 1} of {SEED_REPAIRS}"
-        run.set_phase(f"writing the first kernel ({attempt_words}) with {spec}")
+        preparing = ctx.evaluations.preparing()
+        run.set_phase(f"writing the first kernel ({attempt_words}) with {spec}"
+                      + (f"; preparing {', '.join(preparing)} meanwhile" if preparing else ""))
         usage = ctx.models.usage(spec, "coder", f"first kernel, {attempt_words}")
         transcript: list[dict[str, Any]] = []
         error = kind = None

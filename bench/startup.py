@@ -1,9 +1,12 @@
 """Where a run's start-up goes (issue 24, item 5): run `kernelwright optimize` with output piped (the plain
 progress lines), stamp every line as it arrives, and then read the run directory for what each piece took —
 the seed's evaluation by phase (plan, reference, eager, torch.compile, timing, roofline), the seed's profile
-(torch.profiler and Nsight Compute), the first step's roles, verification and tuning.
+(torch.profiler and Nsight Compute), the first step's roles, verification and tuning. Without `--seed-kernel`
+(a model writes the first kernel), also what setting each device up took while the model wrote (the run's
+`prepare/` records, `Evaluations.prepare`): that set-up is then missing from the seed's phases.
 
     python bench/startup.py PROBLEM --seed-kernel SEED [optimize flags ...] [--out DIR]
+    python bench/startup.py PROBLEM --model SPEC [optimize flags ...] [--out DIR]
 
 Prints one table; with --out also writes startup.json there. The optimize flags default to
 `--iterations 1 --branches 1`; `--device` defaults to cuda when a GPU is visible."""
@@ -85,13 +88,18 @@ def main() -> int:
         ("the run ended", wall),
     ]
     phases = ev.get("phases") or {}
+    prepared = {p.stem: _load(p) or {} for p in sorted((run / "prepare").glob("*.json"))} \
+        if (run / "prepare").is_dir() else {}
     out: dict[str, Any] = {"argv": argv, "wall_s": round(wall, 2), "marks": {k: v for k, v in rows},
                            "seed_phases": phases, "seed_profile_s": prof.get("collect_s"),
-                           "ncu": (prof.get("ncu") or {}).get("available"), "steps": []}
+                           "ncu": (prof.get("ncu") or {}).get("available"), "prepared": prepared, "steps": []}
     print(f"\n{'mark':42} {'s from start':>12}")
     for name, t in rows:
         print(f"{name:42} {'-' if t is None else f'{t:.1f}':>12}")
     print(f"\nthe seed's evaluation by phase (s): " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
+    for device, rec in prepared.items():  # a run without a seed kernel: set up while the model wrote it
+        print(f"prepared {device} while the model wrote the first kernel: {rec.get('outcome')} in "
+              f"{rec.get('seconds')} s (" + ", ".join(f"{k} {v}" for k, v in (rec.get("phases") or {}).items()) + ")")
     print(f"the seed's profile: {prof.get('collect_s', '-')} s (Nsight Compute "
           f"{'read' if out['ncu'] else 'not read: ' + str((prof.get('ncu') or {}).get('why'))})")
     for rec in trace:

@@ -769,6 +769,12 @@ class WorkerPool:
             following.go()
         return worker
 
+    def next_spare(self) -> Worker | None:
+        """The spare the next `acquire` hands out (None: there is none yet), for a caller that wants it started
+        before anyone needs it (`Evaluator.prepare` waits for it to be ready); it stays in the pool."""
+        with self._lock:
+            return self._ready[0] if self._ready else None
+
     def started_spares(self) -> int:
         """Spare workers let go (their CUDA context made, or being made) and not yet handed out: device memory
         the ledger counts as held outside it (`ledger.py`). Read without the pool's lock, which `fill` holds while

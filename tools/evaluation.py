@@ -77,6 +77,12 @@ class Evaluations:
         self._fixed: dict[str, int] | None = None
         """the size constants no variant changes (`fixed_sizes`), read once per run"""
         self._facts: dict[str, DeviceFacts] = {}
+        self._facts_locks: dict[str, threading.Lock] = {}
+        """per device: its facts are read once, whichever thread asks first (the others wait for them)"""
+        self._prepared: dict[str, threading.Event] = {}
+        """per device: set when `prepare` is done with it (ready, or failed)"""
+        self.preparations: dict[str, dict[str, object]] = {}
+        """per device: what `prepare` did and how long it took (also kept in the run: `prepare/<device>.json`)"""
         self._lock = threading.Lock()
         self._closed = False
 
@@ -147,6 +153,68 @@ class Evaluations:
             log.info("warming %s did not finish: %s: %s", device, type(e).__name__, e)
             return
         log.info("warmed %s in %.1f s (the seed: %s)", device, time.monotonic() - t0, result.verdict)
+
+    def prepare(self, devices: Sequence[str]) -> list[threading.Thread]:
+        """Set up each of `devices` in the background, with no candidate, while the run has nothing to judge yet
+        (its model writes the first kernel): the evaluator built, its device's facts read, then
+        `Evaluator.prepare` (a ready worker, the memory plan, the reference battery and, on a GPU, the eager and
+        torch.compile baselines and the roofline's peaks), so that the first verification finds them ready. The
+        writer's quick checks run on the same evaluators meanwhile, as branches share one. Never raises into the
+        run: a device that cannot be set up is logged and left to the evaluation that needs it, which says why.
+        On a cluster or host process, the actor (or host) is started and its facts read: the evaluator there is
+        built by that. `prepared(device)` says when a device is done; `preparing()` which are not yet."""
+        threads = []
+        for d in devices:
+            with self._lock:
+                if d in self._prepared:  # asked already in this run: once is enough
+                    continue
+                self._prepared[d] = threading.Event()
+            threads.append(threading.Thread(target=self._prepare_one, args=(d,), name=f"kernelwright-prepare-{d}",
+                                            daemon=True))
+        for t in threads:
+            t.start()
+        return threads
+
+    def prepared(self, device: str) -> threading.Event | None:
+        """Set once `prepare` is done with `device` (None: not asked to prepare it)."""
+        return self._prepared.get(device)
+
+    def preparing(self) -> list[str]:
+        """The devices `prepare` is still setting up."""
+        with self._lock:
+            return [d for d, done in self._prepared.items() if not done.is_set()]
+
+    def _prepare_one(self, device: str) -> None:
+        t0 = time.monotonic()
+        record: dict[str, object] = {"device": device}
+        try:
+            ev = self.evaluator(device)
+            slot = getattr(ev, "slot", None)
+            if slot is not None:  # a cluster actor or a device host: started now, not at the first verdict
+                slot.actor()
+            record["evaluator_s"] = round(time.monotonic() - t0, 3)
+            t1 = time.monotonic()
+            # first: the facts are what the writer's prompt waits for (read under the measurement lock on a GPU,
+            # which the baselines below hold for seconds); the writer then finds them read, or reads them itself
+            self.facts(device)
+            record["facts_s"] = round(time.monotonic() - t1, 3)
+            prepare = getattr(ev, "prepare", None)
+            if prepare is not None:
+                record.update(prepare())
+            else:  # judged in another process: the evaluator there is built by its facts (on a GPU)
+                record["outcome"] = "started; the rest is set up at its first evaluation (its evaluator has no prepare)"
+        except Exception as e:  # noqa: BLE001 - closed meanwhile, or a device that cannot start: its evaluation says
+            record["outcome"] = f"not prepared: {type(e).__name__}: {str(e).strip()[:300]}"
+        try:
+            # from the thread's start: the evaluator's construction (its pool, the reference model) included
+            record["seconds"] = round(time.monotonic() - t0, 3)
+            self.preparations[device] = record
+            log.info("prepared %s in %.1f s: %s", device, record["seconds"], record.get("outcome"))
+            self.run.put_blob("prepare", f"{device.replace(':', '_')}.json", json.dumps(record, indent=1, default=str))
+        except OSError as e:  # the record is informative
+            log.info("could not keep the preparation record of %s: %s", device, e)
+        finally:
+            self._prepared[device].set()
 
     def quick(self, source: str, device: str) -> EvalResult:
         """The coder's quick check of a draft: one trial of each input family plus the problem's
@@ -268,10 +336,14 @@ class Evaluations:
         """The device's facts (`evaluators.facts`), read once per device per run."""
         if device == "cpu" or (device.startswith("ray:") and self.kind == "cpu"):
             return cpu_facts()
-        if device not in self._facts:
-            self._facts[device] = self.evaluator(device).device_facts()
-            # kept with the run, so what it was judged on can be read after the machine is gone (report)
-            self.run.put_blob("devices", f"{device.replace(':', '_')}.json", self._facts[device].model_dump_json(indent=1))
+        with self._lock:
+            lock = self._facts_locks.setdefault(device, threading.Lock())
+        with lock:  # `prepare` reads them in a thread of its own while the writer's prompt asks for them
+            if device not in self._facts:
+                facts = self.evaluator(device).device_facts()
+                # kept with the run, so what it was judged on can be read after the machine is gone (report)
+                self.run.put_blob("devices", f"{device.replace(':', '_')}.json", facts.model_dump_json(indent=1))
+                self._facts[device] = facts
         return self._facts[device]
 
     def profile(self, h: str, device: str, ncu: bool = False) -> Profile:
