@@ -37,7 +37,7 @@ from typing import Any
 from kernelwright.api import UsageError, open_run
 from kernelwright.evaluators import EvalResult, Precision, ProblemError, problem_from_source
 from kernelwright.evaluators.variants import SMALL_TARGET, Shape, shapes_for
-from kernelwright.tools.runstore import Run, RunError
+from kernelwright.tools.runstore import Run, RunError, lineage
 
 CPU_MAX_ELEMENTS = 1 << 22
 """input elements above which a shape is too slow for Triton's interpreter: on the CPU it is skipped"""
@@ -100,23 +100,6 @@ def module_name(problem_path: str) -> str:
 
 # The shape variants are `evaluators.variants.shapes_for` (one definition, shared with the coder's quick
 # check); the generated tests take its default, the small and odd variants.
-
-
-# -- the lineage ------------------------------------------------------------------------------------------
-
-
-def lineage(trace: list[dict[str, Any]], kernel: str) -> list[dict[str, Any]]:
-    """The steps that led to `kernel`, oldest first: each step record whose child is the next one's parent."""
-    made_by: dict[str, dict[str, Any]] = {}
-    for r in trace:
-        if r.get("child") and r["child"] not in made_by:
-            made_by[r["child"]] = r
-    chain, seen, h = [], set(), kernel
-    while h in made_by and h not in seen:
-        seen.add(h)
-        chain.append(made_by[h])
-        h = made_by[h].get("parent")
-    return list(reversed(chain))
 
 
 # -- writing ----------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from kernelwright.api import read_steps
 from kernelwright.evaluators import EvalResult
 from kernelwright.evaluators.result import run_secrets, scrub
 from kernelwright.tools.review import ReviewDesk
-from kernelwright.tools.runstore import Run, RunInfo, atomic_write
+from kernelwright.tools.runstore import Run, RunInfo, atomic_write, lineage
 
 ROLES = ("analyst", "strategist", "reviewer", "coder", "verifier", "archive")
 PROMPT_CHARS = 20_000
@@ -90,13 +90,12 @@ class RunData:
         return r.timing if r else None
 
     def best_path(self) -> list[str]:
-        """Kernels from the seed to the best, by the steps that made them."""
-        made_by = {s.child: s.parent for s in self.steps if s.child and s.verdict == "pass"}
-        path, h = [], self.info.best_kernel
-        while h and h not in path:
-            path.append(h)
-            h = made_by.get(h)
-        return path[::-1]
+        """Kernels from the seed to the best, by the steps that made them (`tools.runstore.lineage`)."""
+        best = self.info.best_kernel
+        if not best:
+            return []
+        chain = lineage(self.steps, best)
+        return [chain[0].parent, *(s.child for s in chain)] if chain else [best]
 
 
 def load(run: Run) -> RunData:
@@ -311,7 +310,7 @@ def speedup_chart(d: RunData) -> str:
 # -- the lineage tree ------------------------------------------------------------------------------------
 
 
-def lineage(d: RunData) -> dict[str, Node]:
+def lineage_tree(d: RunData) -> dict[str, Node]:
     nodes: dict[str, Node] = {}
     if d.seed:
         st = d.timing(d.seed)
@@ -338,7 +337,7 @@ def lineage(d: RunData) -> dict[str, Node]:
 
 def lineage_svg(d: RunData, best: set[str]) -> str:
     """The lineage tree; `best`: the kernels on the path from the seed to the best."""
-    nodes = lineage(d)
+    nodes = lineage_tree(d)
     if not nodes:
         return '<p class="muted">No kernel yet.</p>'
     # rows: a depth-first walk from the roots, so a kernel's descendants sit below it

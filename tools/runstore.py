@@ -24,7 +24,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +34,32 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class RunError(Exception):
     """A run that does not exist or cannot be used; the message is one sentence."""
+
+
+def lineage(steps: Sequence[Any], kernel: str | None) -> list[Any]:
+    """How `kernel` was made, from the trace: the steps that led to it from the seed, oldest first, each one's child
+    the next one's parent. Steps are the trace's records, as dicts (`Run.trace`) or as objects with the same fields
+    (`agents.records.StepRecord`). A kernel made more than once (the same source again) was made by the first step
+    that made it and passed verification, or by the first that made it at all when none passed (a failed kernel
+    handed off with --force). The report's best path and the hand-off's lineage read it here; `agents.archive.lineage`
+    is the live population's view during a run (the admitted ancestors a role is shown), not the record."""
+    def get(step: Any, key: str) -> Any:
+        return step.get(key) if isinstance(step, dict) else getattr(step, key, None)
+
+    made_by: dict[str, Any] = {}
+    for step in steps:
+        child = get(step, "child")
+        if child and (child not in made_by or (get(made_by[child], "verdict") != "pass"
+                                               and get(step, "verdict") == "pass")):
+            made_by[child] = step
+    chain: list[Any] = []
+    seen: set[str] = set()
+    h = kernel
+    while h and h in made_by and h not in seen:
+        seen.add(h)
+        chain.append(made_by[h])
+        h = get(made_by[h], "parent")
+    return chain[::-1]
 
 
 class ModelUsage(BaseModel):

@@ -26,7 +26,8 @@ from typer.testing import CliRunner
 
 from kernelwright.evaluators import Timing
 from kernelwright.evaluators import inputs as verifier_inputs
-from kernelwright.handoff import CPU_MAX_ELEMENTS, SUPPORT_BODY, lineage, module_name, shapes_for
+from kernelwright.handoff import CPU_MAX_ELEMENTS, SUPPORT_BODY, module_name, shapes_for
+from kernelwright.tools.runstore import lineage
 from kernelwright.tools.runstore import RunStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -420,6 +421,9 @@ def test_lineage_walks_parents_back_to_the_seed() -> None:
              {"step": 2, "parent": "a", "child": "b"}, {"step": 3, "parent": "s", "child": "c"},
              {"step": 4, "parent": "c", "child": "b"}]  # b made twice: the first step that made it counts
     assert [r["step"] for r in lineage(trace, "b")] == [0, 2]
+    # a kernel made again by a step that passed, after one that did not: the passing step made it
+    retried = [{"step": 0, "parent": "s", "child": "a", "verdict": "error"}, {"step": 1, "parent": "s", "child": "a", "verdict": "pass"}]
+    assert [r["step"] for r in lineage(retried, "a")] == [1]
     assert lineage(trace, "s") == [] and lineage(trace, "zz") == []
     assert [r.get("step") for r in lineage([{"parent": "x", "child": "x"}], "x")] == [None]  # a loop ends
 
