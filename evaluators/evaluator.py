@@ -644,8 +644,9 @@ class Evaluator:
                          f"run at a small shape in Triton's interpreter, programs one at a time) cannot run for this "
                          f"problem: {type(e).__name__}: {str(e).strip()[:300]}", "ordering", "inter_program_wait"
                          ) from None
+        results = {}
         for order, ev in evaluators.items():
-            r = ev.evaluate(source)
+            r = results[order] = ev.evaluate(source)
             phases[f"ordering_{order}_s"] = r.phases.get("total_s", 0.0)
             if r.verdict == "pass":
                 continue
@@ -653,13 +654,25 @@ class Evaluator:
                   f"interpreter)"
             if r.verdict == "error":
                 raise RuntimeError(f"the ordering check could not judge the kernel {how}: {r.reason}: {r.detail}")
-            if r.reason == Reason.TIMEOUT:
-                raise Reject(Reason.FORBIDDEN_CODE,
-                             f"{where}: programs wait on a program that has not started: {how} the kernel did not "
-                             f"finish. A program may wait only on work items claimed before its own ticket "
-                             f"(`t = tl.atomic_add(counter, 1)`), never on program ids or later tickets",
-                             "ordering", "inter_program_wait")
-            raise Reject(r.reason, f"{how}: {r.detail}", "ordering", r.rule)
+            if r.reason != Reason.TIMEOUT:
+                raise Reject(r.reason, f"{how}: {r.detail}", "ordering", r.rule)
+            # a hang: in one order only, the kernel waited on a program that had not started; in both, it did
+            # that or it is too slow for the interpreter at this shape (said so: the message must not guess)
+            other = next(o for o in evaluators if o != order)
+            if other not in results:
+                results[other] = evaluators[other].evaluate(source)
+                phases[f"ordering_{other}_s"] = results[other].phases.get("total_s", 0.0)
+            both = results[other].verdict != "pass" and results[other].reason == Reason.TIMEOUT
+            raise Reject(Reason.FORBIDDEN_CODE,
+                         f"{where}: " + (f"the kernel did not finish in either order, programs run one at a time "
+                                         f"({label}, Triton's interpreter, within the CPU's execution limit): its "
+                                         f"programs wait on a program that has not started, or it is too slow for "
+                                         f"the interpreter at this shape"
+                                         if both else f"programs wait on a program that has not started: {how} "
+                                                      f"the kernel did not finish (in {other} order it did)")
+                         + ". A program may wait only on work items claimed before its own ticket "
+                           "(`t = tl.atomic_add(counter, 1)`), never on program ids or later tickets",
+                         "ordering", "inter_program_wait")
         phases["ordering_s"] = time.monotonic() - t0
         checks.append(Check(name="ordering", outcome="pass",
                             detail=f"spin loop at {where} waits only on earlier tickets: finished and correct with "
