@@ -26,54 +26,58 @@ import os
 import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from pydantic import Field
 from typing_extensions import TypedDict  # pydantic builds the input schema (Studio's form) only from this one on 3.11
 
-from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run, default
+from kernelwright.agents.context import (RunConfig, RunContext, RunSetupError, create_run, default, help_for,
+                                        kernel_source, user_settings)
 from kernelwright.evaluators.sandbox import refusal_here
 from kernelwright.tools.runstore import RunError, RunStore
 
 from kernelwright.graphs.optimize import builder, initial_state
 
 
-class ServeInput(TypedDict, total=False):
-    problem: str
-    """the problem file (a path on the server's machine)"""
-    seed_kernel: str | None
-    """the seed kernel: a file path, or its source"""
-    iterations: int
-    """candidate children to evaluate in all; not given: 8 unless time_budget_s is given, then no step limit (the
-    run goes on until that budget, a plateau, the target or a stop)"""
-    time_budget_s: float
-    """wall-time budget in seconds since the run was created"""
-    provider_retry_window_s: float
-    """how long a model call retries a provider's transient failures (default 900); past it the run stops with
-    status failed (`kernelwright optimize --resume RUN_ID` continues it)"""
-    branches: int
-    """parents per generation, each a parallel branch (default here: one, so each generation pauses once;
-    `context.FRONT_DOOR_DEFAULTS`)"""
-    device: str
-    """cpu, cuda, cuda:N or cuda:0,cuda:1 (default: cuda when the server has a GPU); with cluster: cuda or cpu"""
-    cluster: str
-    """evaluate on a running Ray cluster: ray, ray://HOST:PORT or HOST:PORT (default: the server's devices)"""
-    actors: int
-    """with cluster: evaluation actors (default: one per GPU of the cluster)"""
-    model: str
-    """builtin or provider:model (the server's environment holds the provider's key)"""
-    review: str
-    """proposals (default): pause each branch for a decision; none: unattended"""
-    runs_dir: str
-    run_id: str | None
-    """continue this run instead of creating one"""
-    messages: Annotated[list[AnyMessage], add_messages]
-    """a chat client's thread: the last human message may carry the settings above (JSON or key=value words)"""
+UNSET = ("device", "actors", "provider_retry_window_s")
+"""settings whose default is settled when the run is created (the server's devices, a cluster's actors) or by the
+model layer"""
+
+OWN_WORDS = {"time_budget_s": "wall-time budget in seconds (without iterations: no step limit)",
+             "provider_retry_window_s": "how long a model call retries a provider's transient failures, in seconds "
+                                        "(default 900); past it the run stops as failed, resumable"}
+"""the settings this input takes in other units than the CLI (seconds, not 30m): its words for them"""
 
 
-class ServeState(ServeInput, total=False):
+def _input_fields() -> dict[str, Any]:
+    """The served graph's input: the problem, the seed, every run setting a user sets (`context.user_settings`, by
+    RunConfig's own names and types, with its help and its default here) and where the run lives; the form Studio
+    shows is made from it."""
+    hints = get_type_hints(RunConfig)
+    fields: dict[str, Any] = {
+        "problem": Annotated[str, Field(description="the problem file (a path on the server's machine)")],
+        "seed_kernel": Annotated[str | None, Field(description="the seed kernel: a file path, or its source")],
+    }
+    for name in user_settings():
+        value = default(name, "serve")
+        here = f" (default here: {value})" if value not in (None, "", {}) and name not in UNSET else ""
+        fields[name] = Annotated[hints[name], Field(description=OWN_WORDS.get(name, help_for(name)) + here)]
+    fields["runs_dir"] = Annotated[str, Field(description="the folder of run directories (default: runs)")]
+    fields["run_id"] = Annotated[str | None, Field(description="continue this run instead of creating one")]
+    # a chat client's thread: the last human message may carry the settings above (JSON or key=value words)
+    fields["messages"] = Annotated[list[AnyMessage], add_messages]
+    return fields
+
+
+ServeInput = TypedDict("ServeInput", _input_fields(), total=False)  # type: ignore[misc]
+"""what the served graph takes (JSON): made from RunConfig, so a new setting is in Studio's form and a chat message's
+words as soon as it is in RunConfig"""
+
+
+class ServeState(ServeInput, total=False):  # type: ignore[valid-type,misc]
     status: str
     stop_reason: str | None
     best_kernel: str | None
@@ -86,17 +90,45 @@ def _settings(state: ServeState) -> RunConfig:
     (`context.default(name, "serve")`: RunConfig's, or the documented exception), and the budgets are those of
     `kernelwright optimize` (`RunConfig.step_budget`: iterations given or 8, or no step limit with a time budget
     alone). A value given is kept as given (branches 0 too), so that `settle_devices` refuses it with the sentence
-    every front door says."""
-    window = state.get("provider_retry_window_s")
-    branches, iterations = state.get("branches"), state.get("iterations")
-    return RunConfig(device=state.get("device") or "", cluster=state.get("cluster") or "",
-                     actors=int(state.get("actors") or 0),
-                     iterations=None if iterations is None else _whole(iterations),
-                     time_budget_s=float(state["time_budget_s"]) if state.get("time_budget_s") else None,
-                     branches=default("branches", "serve") if branches is None else _whole(branches),
-                     model=state.get("model") or default("model"),
-                     review=state.get("review") or default("review", "serve"),
-                     **({"provider_retry_window_s": float(window)} if window else {}))
+    every front door says; whole numbers may come as digits (a chat message's words)."""
+    hints = get_type_hints(RunConfig)
+    values: dict[str, Any] = {name: default(name, "serve") for name in user_settings()}
+    values["device"] = ""  # not given: cuda where the server has a GPU, settled when the run is created
+    for name in user_settings():
+        given = state.get(name)  # type: ignore[misc]
+        if given is None or given == "":
+            continue
+        kinds = {hints[name], *get_args(hints[name])}
+        if bool in kinds:
+            given = _yes_no(given)
+            if not isinstance(given, bool):
+                raise RunSetupError(f"{name} {given!r}: use true or false")
+        elif int in kinds:
+            given = _whole(given)
+        elif float in kinds:
+            given = _number(given)
+        elif not isinstance(given, dict) and any(get_origin(k) is dict for k in kinds):
+            raise RunSetupError(f"{name} {given!r}: give a JSON object (send the settings as JSON)")
+        values[name] = given
+    return RunConfig(**values)
+
+
+def _yes_no(value: Any) -> Any:
+    """A yes/no setting given as JSON's true/false or as a chat message's word (true, false, yes, no, on, off)."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return value
+
+
+def _number(value: Any) -> Any:
+    """A number given as a number or as digits (a chat message's words); anything else as it came, for
+    `settings_problem` to name."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        return value
 
 
 def _whole(value: Any) -> Any:
@@ -185,10 +217,12 @@ def _start(state: ServeState) -> dict[str, Any]:
     problem = state.get("problem")
     if not problem:
         return {"error": "give the problem file's path as 'problem'", "status": "failed"}
+    if not Path(problem).is_file():  # the problem first, as the API says it: without it no seed matters
+        return {"error": f"{problem}: no such problem file", "status": "failed"}
     seed = state.get("seed_kernel")
-    seed_src = Path(seed).read_text() if seed and "\n" not in seed and os.path.isfile(seed) else seed
     try:
-        run = create_run(problem, seed_src, _settings(state), runs_dir, seed if seed_src != seed else None)
+        seed_src, seed_path = kernel_source(seed, "seed kernel") if seed else (None, None)
+        run = create_run(problem, seed_src, _settings(state), runs_dir, seed_path)
     except RunSetupError as e:
         return {"error": str(e), "status": "failed"}
     return {"run_id": run.id, "status": "running"}

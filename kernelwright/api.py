@@ -16,7 +16,6 @@ prices and stop request) belongs to its `RunHandle`, so several runs can live in
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -27,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 
 from kernelwright.agents.archive import Archive
-from kernelwright.agents.context import RunConfig, RunContext, RunSetupError, create_run, settle_devices
-from kernelwright.agents.llm import ROLES, ProviderError, valid_spec
+from kernelwright.agents.context import (RunConfig, RunContext, RunSetupError, Said, SettingsSentence, create_run,
+                                        kernel_source, settings_problem, settle_devices)
+from kernelwright.agents.llm import ProviderError
 from kernelwright.agents.records import StepRecord
 from kernelwright.agents.roles import STOPPED_ON_REQUEST
 from kernelwright.evaluators import (DeviceError, EvalPolicy, EvalResult, Evaluator, ProblemError, load_problem,
@@ -48,8 +48,9 @@ __all__ = ["Archive", "BestKernel", "Progress", "RunConfig", "RunHandle", "RunIn
            "check_confinement", "evaluate", "open_run", "resume_run", "start_run"]
 
 
-class UsageError(Exception):
-    """Bad input from the caller (a flag, a file, a config); the message is one sentence."""
+class UsageError(SettingsSentence):
+    """Bad input from the caller (a setting, a file, a config); the message is one sentence, which names a setting
+    by its own name (`str()`) and by a front door's spelling of it (`spoken`: the CLI's --flags)."""
 
 
 class Unconfined(UsageError):
@@ -94,21 +95,12 @@ def evaluate(problem: str | Path, candidate: str | Path, *, device: str | None =
         return ev.evaluate(source)
 
 
-def _is_path(given: str | Path) -> bool:
-    """A Path, or a string that names a file rather than holding source text."""
-    return isinstance(given, Path) or ("\n" not in given and given.endswith(".py"))
-
-
 def _source(given: str | Path, what: str) -> str:
-    if _is_path(given):
-        path = Path(given)
-        if not path.is_file():
-            raise UsageError(f"{path}: no such {what} file")
-        try:
-            return path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise UsageError(f"{path}: cannot be read ({e})") from None
-    return given
+    """A candidate or seed given as a path or as its source, as its source (`context.kernel_source`'s rule)."""
+    try:
+        return kernel_source(given, what)[0]
+    except RunSetupError as e:
+        raise UsageError(e.said) from None
 
 
 # -- checking a run's configuration -----------------------------------------------------------------------
@@ -116,28 +108,13 @@ def _source(given: str | Path, what: str) -> str:
 
 def check_config(config: RunConfig, models: dict[str, BaseChatModel] | None = None, *,
                  build_models: bool = True) -> None:
-    """Every model named must be well formed (and, with `build_models`, constructible: provider package
-    installed, key present); budgets must make sense. UsageError with one sentence otherwise."""
+    """Every setting must be usable (`context.settings_problem`: allowed values, bounds, well-formed models, budgets
+    that make sense) and, with `build_models`, every model named constructible (provider package installed, key
+    present). UsageError with one sentence otherwise."""
+    why = settings_problem(config)
+    if why:
+        raise UsageError(why)
     specs = sorted({s for s in [config.model, *config.role_models.values()] if s != "builtin"})
-    if config.model != "builtin" and not valid_spec(config.model):
-        raise UsageError(f"--model {config.model!r}: use builtin or provider:model, e.g. openai:gpt-4.1")
-    for role, spec in config.role_models.items():
-        if role not in ROLES:
-            raise UsageError(f"--role-model {role}={spec}: use ROLE=provider:model with ROLE one of {', '.join(ROLES)}")
-        if spec != "builtin" and not valid_spec(spec):
-            raise UsageError(f"--role-model {role}={spec}: the model must be builtin or provider:model, "
-                             "e.g. openai:gpt-4.1")
-    if config.base_url and not specs:
-        raise UsageError("--base-url needs a model: give one with --model provider:model")
-    if config.base_url and not re.match(r"^https?://", config.base_url):
-        raise UsageError(f"--base-url {config.base_url!r}: give an http:// or https:// URL")
-    if (config.token_budget is not None or config.cost_budget_usd is not None) and not specs:
-        raise UsageError("--token-budget and --cost-budget limit model calls: the builtin policy makes none")
-    if config.cost_budget_usd is not None:
-        unpriced = [s for s in specs if s not in config.prices]
-        if unpriced:
-            raise UsageError(f"--cost-budget needs the price of {unpriced[0]}: give --price {unpriced[0]}=IN/OUT "
-                             "(USD per million input/output tokens)")
     if build_models:
         from kernelwright.agents.llm import Models
 
@@ -384,13 +361,18 @@ def start_run(problem: str | Path, *, seed_kernel: str | Path | None = None, con
     if not Path(problem).is_file():  # the problem first: without it no seed matters
         raise UsageError(f"{problem}: no such problem file")
     if seed_kernel is None and config.model_for("coder") == "builtin":
-        raise UsageError("the builtin policy improves an existing kernel: give one with --seed-kernel FILE")
-    seed_src = _source(seed_kernel, "seed kernel") if seed_kernel is not None else None
-    seed_path = str(seed_kernel) if seed_kernel is not None and _is_path(seed_kernel) else None
+        raise UsageError(Said(lambda s: f"the builtin policy improves an existing kernel: give one with "
+                              f"{s('seed_kernel')}"))
+    seed_src, seed_path = None, None
+    if seed_kernel is not None:
+        try:
+            seed_src, seed_path = kernel_source(seed_kernel, "seed kernel")
+        except RunSetupError as e:
+            raise UsageError(e.said) from None
     try:
         run = create_run(problem, seed_src, config, runs_dir, seed_path)
     except RunSetupError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(e.said) from None
     return RunHandle(run, config, models, fresh=True)
 
 
@@ -423,9 +405,11 @@ def resume_run(run_id: str, *, runs_dir: str | Path = "runs", models: dict[str, 
         try:
             settle_devices(config)
         except RunSetupError as e:
-            hint = "" if moved else "; resume it elsewhere with --cluster ADDRESS, or here with --device"
             where = "" if moved else f" (it evaluated on the Ray cluster {config.cluster})"
-            raise UsageError(f"run {run_id}{where}: {e}{hint}") from None
+            why = e.said
+            raise UsageError(Said(lambda s: f"run {run_id}{where}: {why(s)}" + (
+                "" if moved else f"; resume it elsewhere with {s('cluster')} ADDRESS, or here with {s('device')}")
+                                  )) from None
     if not config.cluster:
         check_confinement()
     if moved:

@@ -6,13 +6,17 @@ broken problem or an unusable device. With `--json`, stdout carries exactly one 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import os
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -21,7 +25,10 @@ from rich.table import Table
 
 # the run settings' defaults and allowed values, defined once beside RunConfig (a light import: no torch, no provider)
 from kernelwright.agents.context import (CHOICES, COMPILE_MODES, DEFAULT_ITERATIONS, HOSTS_MODES, PRECISIONS,
-                                        PROFILE_MODES, RANGES, default)
+                                        PROFILE_MODES, RANGES, default, help_for, spoken, user_settings)
+
+if TYPE_CHECKING:
+    from kernelwright.agents.context import RunConfig
 
 try:  # typer >= 0.2x vendors click and raises its own exceptions; older typer uses click's
     from typer import TyperException as _ParseError
@@ -99,10 +106,12 @@ class TransportOpt(str, Enum):
     http = "http"
 
 
-def _usage_error(message: str) -> typer.Exit:
+def _usage_error(message: str | BaseException) -> typer.Exit:
+    """One sentence on stderr, exit 2; an error that names run settings names them by their flags."""
+    text = spoken(message, flag) if isinstance(message, BaseException) else message
     # escape: the message quotes problem/candidate text, which may look like rich markup ("[/x]");
     # soft_wrap: the one sentence stays one line when stderr is not a terminal.
-    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -194,7 +203,7 @@ def baseline_cmd(
     try:
         dev = resolve_device(device)
     except DeviceError as e:
-        raise _fail(str(e), as_json) from None
+        raise _fail(e, as_json) from None
     rows = []
     for path in problems:
         try:
@@ -271,9 +280,9 @@ def profile_cmd(
         with Evaluator(prob, str(dev), policy) as evaluator:
             prof = evaluator.profile(source, ncu=ncu and dev.type != "cpu")
     except ProblemError as e:
-        raise _fail(str(e), as_json, "bad_problem") from None
+        raise _fail(e, as_json, "bad_problem") from None
     except DeviceError as e:
-        raise _fail(str(e), as_json) from None
+        raise _fail(e, as_json) from None
     if as_json:
         sys.stdout.write(prof.model_dump_json() + "\n")
     else:
@@ -284,43 +293,199 @@ def profile_cmd(
     raise typer.Exit(0 if prof.verdict == "pass" else 1)
 
 
-# flags optimize and chat share
 SeedKernelOpt = Annotated[Optional[Path], typer.Option("--seed-kernel", help="a working candidate to start from")]
-ModelOpt = Annotated[str, typer.Option(help="builtin (no model) or provider:model")]
-BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (vLLM, SGLang, Ollama)")]
-RoleModelOpt = Annotated[Optional[list[str]], typer.Option("--role-model", help="ROLE=provider:model, per role")]
-IterationsOpt = Annotated[Optional[int], typer.Option(
-    help="candidate children to evaluate in all (default: 8 when no time, token or cost budget is given; with "
-                "one, no step limit: the run goes on until that budget, a plateau, the target or a stop)")]
-TimeBudgetOpt = Annotated[Optional[str], typer.Option("--time-budget", help="wall-time budget, e.g. 90s, 30m, 8h "
-                                                                         "(without --iterations: no step limit)")]
-BranchesOpt = Annotated[int, typer.Option(help="parents per generation (parallel branches), {} to {}".format(
-    *RANGES["branches"]))]  # the range is checked with the other settings (`context.settings_problem`)
-ClusterOpt = Annotated[Optional[str], typer.Option(help="evaluate on a running Ray cluster: ray (this machine's), ray://HOST:PORT "
-                                                        "or HOST:PORT; --device then says cuda (one GPU per actor) or cpu")]
-ActorsOpt = Annotated[Optional[int], typer.Option(min=1, help="with --cluster: evaluation actors (default: one per GPU of the cluster)")]
-HostsFlag = Annotated[Optional[HostsOpt], typer.Option("--hosts", help="judge each GPU in a process of its own (auto, "
-                                                                       "the default: when there are several GPUs; off: "
-                                                                       "all in this process); with --resume, change it")]
-DeviceOpt = Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N or cuda:0,cuda:1 (default: cuda when a GPU is "
-                                                      "present); with --resume, move the run here")]
-PrecisionFlag = Annotated[Optional[PrecisionOpt], typer.Option(help="precision contract")]
-TrialsOpt = Annotated[int, typer.Option(min=RANGES["trials"][0], max=RANGES["trials"][1],
-                                         help="verifier trials per input family")]
 RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="folder of run directories")]
-TokenBudgetOpt = Annotated[Optional[int], typer.Option("--token-budget", min=1, help="stop after this many model tokens (all roles)")]
-CostBudgetOpt = Annotated[Optional[float], typer.Option("--cost-budget", min=0.0, help="stop after this much model spend, USD (needs --price)")]
-PriceOpt = Annotated[Optional[list[str]], typer.Option("--price", help="provider:model=IN/OUT, USD per million input/output tokens")]
-RetryWindowOpt = Annotated[Optional[str], typer.Option(
-    "--provider-retry-window", help="how long a model call retries a provider's transient failures (connection, "
-                                    "429, 5xx, timeouts), e.g. 30m (default 15m); past it the run stops as failed, "
-                                    "resumable with --resume")]
-KnowledgeOpt = Annotated[Optional[Path], typer.Option(
-    "--knowledge", metavar="PATH", help="the knowledge store this run reads and adds its winning steps to (default: "
-                                        "$XDG_DATA_HOME/kernelwright/knowledge.jsonl; see kernelwright knowledge)")]
-NoKnowledgeOpt = Annotated[bool, typer.Option(
-    "--no-knowledge", help="leave the knowledge store out: earlier runs' results are not shown, and this run's are "
-                           "not kept")]
+
+
+# -- the run settings' flags, derived from RunConfig ---------------------------------------------------------
+
+
+def _duration(flag_name: str) -> Callable[[str], float]:
+    def read(text: str) -> float:
+        from kernelwright.optimize import parse_duration
+
+        return parse_duration(text, flag_name)
+    return read
+
+
+def _role_models(items: list[str] | dict[str, str]) -> dict[str, str]:
+    from kernelwright.optimize import parse_role_models
+
+    return dict(items) if isinstance(items, dict) else parse_role_models(items)
+
+
+def _prices(items: list[str] | dict[str, list[float]]) -> dict[str, list[float]]:
+    from kernelwright.optimize import parse_prices
+
+    return dict(items) if isinstance(items, dict) else parse_prices(items)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How the CLI takes one run setting (a RunConfig field made with `context.setting`, whose help it shows): the
+    flag's spelling where it is not the field's name with - for _, the type typer parses, and how that value
+    becomes the field's. Defaults are not written here: a flag's default is the setting's at the command's door
+    (`context.default`), or None where "not given" must stay visible (RunConfig's default then applies; with
+    --resume, the run's own place is kept)."""
+
+    setting: str
+    kind: Any
+    """the option's type as typer parses it"""
+    spelling: str = ""
+    read: Callable[[Any], Any] | None = None
+    """the flag's value -> the field's (None: as given; a choice gives its word)"""
+    unset: bool = False
+    """the option's default is None, "not given" (RunConfig's default applies)"""
+    note: str = ""
+    """what the flag means to the CLI only (with --resume), after the setting's help"""
+    option: dict[str, Any] = field(default_factory=dict)
+    """typer.Option's extras (min, max, metavar, a help of the flag's own for a negated flag)"""
+
+    @property
+    def flag(self) -> str:
+        return self.spelling or "--" + self.setting.replace("_", "-")
+
+    @property
+    def param(self) -> str:
+        """The command's parameter name (what --help's tests and `_ignored_with_resume` see)."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("model", str),
+    Flag("base_url", Optional[str], unset=True),
+    Flag("role_models", Optional[list[str]], "--role-model", _role_models, unset=True),
+    Flag("iterations", Optional[int], unset=True),
+    Flag("time_budget_s", Optional[str], "--time-budget", _duration("--time-budget"), unset=True),
+    Flag("branches", int),
+    Flag("device", Optional[str], read=lambda v: v or "", unset=True, note="with --resume, move the run here"),
+    Flag("precision", Optional[PrecisionOpt], unset=True),
+    Flag("trials", int, option={"min": RANGES["trials"][0], "max": RANGES["trials"][1]}),
+    Flag("token_budget", Optional[int], unset=True, option={"min": 1}),
+    Flag("cost_budget_usd", Optional[float], "--cost-budget", unset=True, option={"min": 0.0}),
+    Flag("prices", Optional[list[str]], "--price", _prices, unset=True),
+    Flag("profile", ProfileOpt),
+    Flag("review", ReviewOpt),
+    Flag("cluster", Optional[str], unset=True),
+    Flag("actors", Optional[int], unset=True, option={"min": 1}),
+    Flag("hosts", Optional[HostsOpt], unset=True, note="with --resume, change it"),
+    Flag("provider_retry_window_s", Optional[str], "--provider-retry-window", _duration("--provider-retry-window"),
+         unset=True),
+    Flag("tune_budget", int, option={"min": 0, "metavar": "N"}),
+    Flag("knowledge", Optional[Path], read=lambda v: str(Path(v).expanduser()), unset=True,
+         option={"metavar": "PATH"}),
+    Flag("use_knowledge", bool, "--no-knowledge", lambda v: not v,
+         option={"help": "leave the knowledge store out: earlier runs' results are not shown, and this run's are not "
+                         "kept"}),
+    Flag("compile_mode", CompileMode),
+    Flag("plateau_steps", int, option={"min": 0, "metavar": "N"}),
+)
+"""every run setting a user may set (`context.user_settings`), as optimize and chat take it, in --help's order"""
+
+_BY_SETTING = {f.setting: f for f in FLAGS}
+_BY_PARAM = {f.param: f for f in FLAGS}
+
+
+def flag(name: str) -> str:
+    """A run setting's flag, as the CLI says it where the core names the setting (`context.Said`)."""
+    known = _BY_SETTING.get(name)
+    return known.flag if known else "--" + name.replace("_", "-")
+
+
+def _flag_default(f: Flag, door: str) -> Any:
+    if f.unset:
+        return None
+    value = default(f.setting, door)
+    if f.read is not None and f.kind is bool:  # a negated flag (--no-knowledge): set means the setting's opposite
+        return not value
+    return f.kind(value) if isinstance(f.kind, type) and issubclass(f.kind, Enum) else value
+
+
+def _flag_parameter(f: Flag, door: str, notes: bool = True) -> inspect.Parameter:
+    extras = dict(f.option)
+    words = extras.pop("help", None) or help_for(f.setting, flag)
+    if f.note and notes:
+        words += f"; {f.note}"
+    option = typer.Option(f.flag, help=words, **extras)
+    return inspect.Parameter(f.param, inspect.Parameter.KEYWORD_ONLY, default=_flag_default(f, door),
+                             annotation=Annotated[f.kind, option])
+
+
+class Given:
+    """The run settings' flags as a command received them; `config()` makes them the run's RunConfig."""
+
+    def __init__(self, door: str, values: Mapping[str, Any]) -> None:
+        self.door = door
+        self.values = dict(values)
+
+    def __getitem__(self, setting: str) -> Any:
+        """The flag's value as given (a choice as its word; None when not given)."""
+        value = self.values.get(_BY_SETTING[setting].param)
+        return value.value if isinstance(value, Enum) else value
+
+    def config(self, **fixed: Any) -> RunConfig:
+        """The RunConfig these flags make (`fixed`: fields the command sets itself); UsageError, one sentence, for a
+        bad value."""
+        return settings_config(self.door, self.values, **fixed)
+
+
+def settings_config(door: str, values: Mapping[str, Any], **fixed: Any) -> RunConfig:
+    """The RunConfig that a command's run-setting flags make: each value read as its flag reads it (`FLAGS`); a value
+    None, or a flag left out, takes the setting's default at `door` (`context.default`). Keys are the flags' parameter
+    names (time_budget), or the fields' own (role_models, given as a list of ROLE=MODEL words as the flag takes them).
+    UsageError with one sentence for a bad setting (`context.settings_problem`, the sentence every front door says)."""
+    from kernelwright import api
+    from kernelwright.agents.context import settings_problem
+
+    fields_: dict[str, Any] = {name: default(name, door) for name in user_settings()}
+    fields_["device"] = ""  # not given: cuda where there is a GPU, settled when the run is created
+    for key, value in values.items():
+        f = _BY_PARAM.get(key) or _BY_SETTING.get(key)
+        if f is None:
+            raise TypeError(f"{key!r} is not a run setting's flag")
+        if isinstance(value, Enum):
+            value = value.value
+        if value is None and f.setting != "device":
+            continue
+        fields_[f.setting] = f.read(value) if f.read is not None and (key == f.param or isinstance(value, list)) \
+            else value
+    if fields_["provider_retry_window_s"] is None:
+        del fields_["provider_retry_window_s"]
+    config = api.RunConfig(**{**fields_, **fixed})
+    why = settings_problem(config)
+    if why:
+        raise api.UsageError(why)
+    return config
+
+
+def run_settings(door: str, only: tuple[str, ...] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command that takes the run settings' flags (`FLAGS`, or `only` those, without the notes on --resume: a
+    command that takes a few does not resume runs), made from RunConfig where its `given` parameter stands: the
+    command receives them as `given` (a `Given`). A setting added to RunConfig with `setting` and a row in FLAGS is
+    on every such command, with its help and its default at the door."""
+    flags = [f for f in FLAGS if only is None or f.setting in only]
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        own = inspect.signature(fn, eval_str=True)
+        params: list[inspect.Parameter] = []
+        for p in own.parameters.values():
+            if p.name == "given":
+                params += [_flag_parameter(f, door, notes=only is None) for f in flags]
+            else:
+                params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))  # typer passes every one by name
+        names = {f.param for f in flags}
+
+        @functools.wraps(fn)
+        def command(**kw: Any) -> Any:
+            given = Given(door, {k: v for k, v in kw.items() if k in names})
+            return fn(**{k: v for k, v in kw.items() if k not in names}, given=given)
+
+        command.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        del command.__wrapped__  # typer reads the signature above, not fn's
+        return command
+
+    return wrap
 
 
 RESUME_KEEPS = ("device", "cluster", "actors", "hosts", "run_dir", "resume", "allow_unconfined")
@@ -338,50 +503,15 @@ def _ignored_with_resume(ctx: typer.Context) -> list[str]:
             if name not in RESUME_KEEPS and given(name)]
 
 
-TuneBudgetOpt = Annotated[Optional[int], typer.Option(
-    "--tune-budget", min=0, metavar="N", help="evaluations the builtin may spend tuning the knobs (block sizes, "
-                                              "warps, stages) of each timed structural child before the archive "
-                                              "judges it (default 6; 0: off; nothing is tuned on the CPU)")]
-CompileModeOpt = Annotated[CompileMode, typer.Option(
-    help="torch.compile mode every timed kernel is measured against (max-autotune: measured beside the default "
-         "mode, the fastest counting)")]
-PlateauOpt = Annotated[int, typer.Option(
-    "--plateau-steps", min=0, metavar="N", help="stop after N steps without a new elite (never within the first "
-                                                "two generations; 0: never stop on a plateau, e.g. for a soak)")]
-
-
 @app.command("optimize")
+@run_settings("optimize")
 def optimize_cmd(
     ctx: typer.Context,
     problem: Annotated[Optional[Path], typer.Argument(help="problem file (KernelBench format); omit with --resume")] = None,
     seed_kernel: SeedKernelOpt = None,
-    model: ModelOpt = default("model"),
-    base_url: BaseUrlOpt = None,
-    role_model: RoleModelOpt = None,
-    iterations: IterationsOpt = None,
-    time_budget: TimeBudgetOpt = None,
-    branches: BranchesOpt = default("branches"),
-    device: DeviceOpt = None,
-    precision: PrecisionFlag = None,
-    trials: TrialsOpt = default("trials"),
     run_dir: RunDirOpt = Path("runs"),
     resume: Annotated[Optional[str], typer.Option("--resume", help="continue the run with this id")] = None,
-    token_budget: TokenBudgetOpt = None,
-    cost_budget: CostBudgetOpt = None,
-    price: PriceOpt = None,
-    profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence: profile the seed and new elites (auto: with ncu when "
-                                                     "it can read counters; torch: torch.profiler only; off)")] = ProfileOpt(default("profile")),
-    review: Annotated[ReviewOpt, typer.Option(help="proposals: pause each branch after its strategist until a person "
-                                                   "decides (kernelwright chat --attach RUN_ID, or the MCP server)")] = ReviewOpt(default("review")),
-    cluster: ClusterOpt = None,
-    actors: ActorsOpt = None,
-    hosts: HostsFlag = None,
-    provider_retry_window: RetryWindowOpt = None,
-    tune_budget: TuneBudgetOpt = None,
-    knowledge: KnowledgeOpt = None,
-    no_knowledge: NoKnowledgeOpt = not default("use_knowledge"),
-    compile_mode: CompileModeOpt = CompileMode(default("compile_mode")),
-    plateau_steps: PlateauOpt = default("plateau_steps"),
+    given: Given = None,  # type: ignore[assignment]  # the run settings' flags (`run_settings`)
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive. Status at the end: finished,
@@ -389,28 +519,36 @@ def optimize_cmd(
     from kernelwright import optimize as opt
 
     # with --resume the run's own place decides (a Ray cluster's or here): the API checks it when it reopens it
-    _confinement(allow_unconfined, here=not cluster and not resume)
+    _confinement(allow_unconfined, here=not given["cluster"] and not resume)
     ignored = _ignored_with_resume(ctx) if resume else []
     if ignored:
         err.print(f"ignored with --resume: {', '.join(ignored)} (a resumed run keeps the settings it was started "
                   "with; only --device, --cluster, --actors, --hosts and --run-dir apply)", markup=False, highlight=False)
     try:
         summary = opt.run_optimize(
-            problem=problem, seed_kernel=seed_kernel, model=model, base_url=base_url, role_models=role_model or [],
-            iterations=iterations, time_budget=time_budget, branches=branches, device=device,
-            precision=precision.value if precision else None, trials=trials, run_dir=run_dir, resume=resume,
-            console=out, token_budget=token_budget, cost_budget=cost_budget, prices=price or [], profile=profile.value,
-            review=review.value, cluster=cluster, actors=actors, hosts=hosts.value if hosts else None,
-            provider_retry_window=provider_retry_window, tune_budget=tune_budget,
-            knowledge=str(knowledge) if knowledge else None, use_knowledge=not no_knowledge,
-            compile_mode=compile_mode.value, plateau_steps=plateau_steps,
-        )
+            problem=problem, seed_kernel=seed_kernel, run_dir=run_dir, resume=resume, console=out,
+            config=None if resume else _config_for(problem, seed_kernel, given),
+            device=given["device"], cluster=given["cluster"], actors=given["actors"], hosts=given["hosts"])
     except opt.UsageError as e:
-        raise _usage_error(str(e)) from None
+        raise _usage_error(e) from None
     for line in opt.end_lines(summary, run_dir):
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     out.print(_look_at(summary.run_id, run_dir), markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(summary.exit_code)
+
+
+def _config_for(problem: Path | None, seed_kernel: Path | None, given: Given) -> RunConfig | None:
+    """A new run's settings, once its files are there: the problem first (without it no seed matters), then the
+    seed, then the flags (None without a problem: the command says what is missing)."""
+    from kernelwright import api
+
+    if problem is None:
+        return None
+    if not problem.is_file():
+        raise api.UsageError(f"{problem}: no such problem file")
+    if seed_kernel is not None and not seed_kernel.is_file():
+        raise api.UsageError(f"{seed_kernel}: no such seed kernel file")
+    return given.config()
 
 
 def _look_at(run_id: str, run_dir: Path) -> str:
@@ -420,75 +558,40 @@ def _look_at(run_id: str, run_dir: Path) -> str:
 
 
 @app.command("chat")
+@run_settings("chat")
 def chat_cmd(
     problem: Annotated[Optional[Path], typer.Argument(help="problem file (KernelBench format); omit with --attach")] = None,
     attach: Annotated[Optional[str], typer.Option("--attach", help="review (or resume and drive) the run with this id")] = None,
     seed_kernel: SeedKernelOpt = None,
-    model: ModelOpt = default("model"),
-    base_url: BaseUrlOpt = None,
-    role_model: RoleModelOpt = None,
-    iterations: IterationsOpt = None,
-    time_budget: TimeBudgetOpt = None,
-    branches: BranchesOpt = default("branches", "chat"),
-    device: DeviceOpt = None,
-    precision: PrecisionFlag = None,
-    trials: TrialsOpt = default("trials"),
     run_dir: RunDirOpt = Path("runs"),
-    token_budget: TokenBudgetOpt = None,
-    cost_budget: CostBudgetOpt = None,
-    price: PriceOpt = None,
-    profile: Annotated[ProfileOpt, typer.Option(help="GPU evidence (as for optimize)")] = ProfileOpt(default("profile")),
-    review: Annotated[ReviewOpt, typer.Option(help="a new run's reviews: proposals (the default: each branch waits "
-                                                   "for you) or none (it goes on unattended; /status, /why, /steer "
-                                                   "still work)")] = ReviewOpt(default("review", "chat")),
     resume: Annotated[Optional[str], typer.Option("--resume", help="continue the run with this id (the same as "
                                                                    "--attach)")] = None,
-    cluster: ClusterOpt = None,
-    actors: ActorsOpt = None,
-    hosts: HostsFlag = None,
-    knowledge: KnowledgeOpt = None,
-    no_knowledge: NoKnowledgeOpt = not default("use_knowledge"),
-    provider_retry_window: RetryWindowOpt = None,
-    tune_budget: TuneBudgetOpt = None,
-    compile_mode: CompileModeOpt = CompileMode(default("compile_mode")),
-    plateau_steps: PlateauOpt = default("plateau_steps"),
+    given: Given = None,  # type: ignore[assignment]  # the run settings' flags (`run_settings`), as optimize takes them
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """A chat session over a run: review each proposal (approve, edit, reject, propose your own), steer, ask why.
-    Takes optimize's flags; --resume is --attach."""
+    Takes optimize's flags (a new run's reviews: proposals by default, each branch waiting for you; with --review
+    none it goes on unattended, /status, /why and /steer still work); --resume is --attach."""
     from kernelwright import api
     from kernelwright import chat as chat_mod
-    from kernelwright import optimize as opt
 
     if resume is not None and attach is not None and resume != attach:
         raise _usage_error(f"--attach {attach} and --resume {resume} name two runs: give one")
     attach = attach or resume
     if (problem is None) == (attach is None):
         raise _usage_error("give a problem file to start a run, or --attach RUN_ID (not both)")
-    _confinement(allow_unconfined, here=attach is None and not cluster)  # an attached run: the API checks on resume
+    _confinement(allow_unconfined, here=attach is None and not given["cluster"])  # attached: the API checks on resume
 
     def start() -> api.RunHandle:
-        if problem is not None and not problem.is_file():  # the problem first, as optimize says it
-            raise api.UsageError(f"{problem}: no such problem file")
-        if seed_kernel is not None and not seed_kernel.is_file():
-            raise api.UsageError(f"{seed_kernel}: no such seed kernel file")
-        config = opt.build_config(model=model, base_url=base_url, role_models=role_model or [], iterations=iterations,
-                                  time_budget=time_budget, branches=branches, device=device,
-                                  precision=precision.value if precision else None, trials=trials,
-                                  token_budget=token_budget, cost_budget=cost_budget, prices=price or [],
-                                  profile=profile.value, review=review.value, cluster=cluster, actors=actors,
-                                  hosts=hosts.value if hosts else None,
-                                  knowledge=str(knowledge) if knowledge else None, use_knowledge=not no_knowledge,
-                                  provider_retry_window=provider_retry_window, tune_budget=tune_budget,
-                                  compile_mode=compile_mode.value, plateau_steps=plateau_steps)
+        config = _config_for(problem, seed_kernel, given)
         return api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir)  # type: ignore[arg-type]
 
     try:
-        moves = {"device": device, "cluster": cluster, "actors": actors, "hosts": hosts.value if hosts else None}
+        moves = {name: given[name] for name in ("device", "cluster", "actors", "hosts")}
         code = chat_mod.run_chat(attach=attach, runs_dir=run_dir, console=out, start=start,
                                  asker_for=chat_mod.asker_for, moves={k: v for k, v in moves.items() if v is not None})
     except api.UsageError as e:
-        raise _usage_error(str(e)) from None
+        raise _usage_error(e) from None
     raise typer.Exit(code)
 
 
@@ -510,7 +613,7 @@ def handoff_cmd(
     try:
         made = write_handoff(run_id, out_dir, kernel=kernel, force=force, runs_dir=run_dir)
     except api.UsageError as e:
-        raise _usage_error(str(e)) from None
+        raise _usage_error(e) from None
     shapes = ", ".join(s.name for s in made.shapes)
     out.print(f"hand-off of kernel {made.kernel} ({made.verdict}) in {made.path}: {made.name}.py, "
               f"test_{made.name}.py (shapes: {shapes}), bench_{made.name}.py, README.md", markup=False,
@@ -588,7 +691,7 @@ def trace_cmd(
     try:
         view = api.open_run(run_id, run_dir)
     except api.UsageError as e:
-        raise _fail(str(e), as_json) from None
+        raise _fail(e, as_json) from None
     shown = 0
     idle_since: float | None = None
     try:
@@ -596,7 +699,7 @@ def trace_cmd(
             try:
                 new = view.steps(shown)  # only what landed since the last look is read and validated
             except api.UsageError as e:
-                raise _fail(str(e), as_json) from None
+                raise _fail(e, as_json) from None
             for r in new:
                 if step is None or r.step == step:
                     _print_step(r, as_json)
@@ -699,7 +802,7 @@ def export_cmd(
         else:
             n = export.write_jsonl(records, out_file)
     except UsageError as e:
-        raise _usage_error(str(e)) from None
+        raise _usage_error(e) from None
     except OSError as e:
         raise _usage_error(f"cannot write to {out_file or 'stdout'}: {e.strerror or e}") from None
     total = sum(len(steps) for _, steps in runs)
@@ -708,39 +811,34 @@ def export_cmd(
 
 
 @app.command("bench")
+@run_settings("optimize", only=("model", "base_url", "role_models", "branches", "profile", "trials", "cluster",
+                                "actors", "hosts"))
 def bench_cmd(
     suite: Annotated[Path, typer.Argument(help="a suite in KernelBench's layout (level1/23_Softmax.py, ...)")],
     kernels: Annotated[Optional[Path], typer.Option("--kernels", help="judge these kernels, laid out like the suite")] = None,
     optimize: Annotated[bool, typer.Option("--optimize", help="run the loop on each problem instead")] = False,
     seed_kernels: Annotated[Optional[Path], typer.Option("--seed-kernels", help="with --optimize: seeds laid out like the suite")] = None,
-    model: ModelOpt = default("model"),
-    base_url: BaseUrlOpt = None,
-    role_model: RoleModelOpt = None,
     iterations: Annotated[int, typer.Option(min=1, help="with --optimize: children to evaluate per problem")] = DEFAULT_ITERATIONS,
     budget_per_problem: Annotated[Optional[str], typer.Option("--budget-per-problem", help="with --optimize: wall time per problem, e.g. 10m")] = None,
-    branches: BranchesOpt = default("branches"),
-    profile: Annotated[ProfileOpt, typer.Option(help="with --optimize: GPU evidence for the roles")] = ProfileOpt(default("profile")),
     levels: Annotated[Optional[str], typer.Option("--levels", help="levels to run, e.g. 1,2")] = None,
     problems: Annotated[Optional[str], typer.Option("--problems", help="only problems matching these globs (comma-separated)")] = None,
     device: Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:N, or cuda:0,cuda:1 (one problem per GPU at a time)")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="results folder (default: runs/bench-<time>)")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="continue the results in --out, judging only what is missing")] = False,
-    trials: TrialsOpt = default("trials"),
     compile_mode: Annotated[CompileMode, typer.Option(help="torch.compile mode of the compiled baseline")] = CompileMode.default,
-    cluster: ClusterOpt = None,
-    actors: ActorsOpt = None,
-    hosts: HostsFlag = None,
+    given: Given = None,  # type: ignore[assignment]  # the run settings' flags bench takes (`run_settings`)
     allow_unconfined: AllowUnconfinedOpt = False,
 ) -> None:
     """A KernelBench-style benchmark: judge a folder of kernels (--kernels) or run the loop on each problem
-    (--optimize) over a suite; per-problem verdicts and times, fast_p against eager and torch.compile."""
+    (--optimize) over a suite; per-problem verdicts and times, fast_p against eager and torch.compile. The model,
+    role, branch and profile flags apply with --optimize."""
+    cluster, actors, hosts, trials = given["cluster"], given["actors"], given["hosts"], given["trials"]
     import time
 
     _confinement(allow_unconfined, here=not cluster)
 
     from kernelwright import api
     from kernelwright.bench import Summary, figures_markdown, run_bench
-    from kernelwright.optimize import build_config
 
     try:
         wanted = [int(x) for x in levels.split(",") if x.strip()] if levels else None
@@ -750,24 +848,24 @@ def bench_cmd(
     try:
         config = None
         if optimize:
-            config = build_config(model=model, base_url=base_url, role_models=role_model or [], iterations=iterations,
-                                  time_budget=budget_per_problem, branches=branches, device=None, precision=None,
-                                  trials=trials, token_budget=None, cost_budget=None, prices=None,
-                                  profile=profile.value)
+            window = _duration("--budget-per-problem")(budget_per_problem) if budget_per_problem else None
+            config = Given(given.door, {k: v for k, v in given.values.items()
+                                        if k not in ("cluster", "actors", "hosts")}).config(
+                iterations=iterations, time_budget_s=window)
             api.check_config(config)
         elif seed_kernels is not None:
             raise api.UsageError("--seed-kernels goes with --optimize")
         for row in run_bench(suite, out_dir, kernels=kernels, optimize_config=config, seed_kernels=seed_kernels,
                              levels=wanted, pattern=problems, device=device, resume=resume, trials=trials,
                              compile_mode=_mode(compile_mode), cluster=cluster, actors=actors,
-                             hosts=hosts.value if hosts else "auto"):
+                             hosts=hosts or "auto"):
             sp = (f"{row.speedup_vs_eager:.2f}× eager, " if row.speedup_vs_eager is not None else "") + (
                 f"{row.speedup_vs_compile:.2f}× torch.compile" if row.speedup_vs_compile is not None else "")
             out.print(f"{row.problem}: {row.verdict} ({row.reason}){' ' + sp if sp else ''}"
                       + (f" [run {row.run}]" if row.run else ""), markup=False, highlight=False)
         summary = Summary.model_validate_json((out_dir / "summary.json").read_text())
     except api.UsageError as e:
-        raise _usage_error(str(e)) from None
+        raise _usage_error(e) from None
     except OSError as e:
         raise _usage_error(f"cannot write to {out_dir}: {e.strerror or e}") from None
     out.print(figures_markdown(summary), markup=False, highlight=False)
@@ -789,7 +887,7 @@ def report_cmd(
         view = api.open_run(run_id, run_dir)
         path = write_report(view.run, out_file)
     except api.UsageError as e:
-        raise _usage_error(str(e)) from None
+        raise _usage_error(e) from None
     except OSError as e:
         where = out_file or Path(run_dir) / run_id / "report.html"
         raise _usage_error(f"cannot write the report to {where}: {e.strerror or e}") from None
@@ -914,9 +1012,9 @@ def knowledge_clear_cmd(knowledge: StoreOpt = None,
     sys.stdout.write(f"cleared {n} entries from {store.path}\n")
 
 
-def _fail(message: str, as_json: bool, reason: str = "usage_error") -> typer.Exit:
+def _fail(message: str | BaseException, as_json: bool, reason: str = "usage_error") -> typer.Exit:
     if as_json:
-        _json_error(message, reason)
+        _json_error(spoken(message, flag) if isinstance(message, BaseException) else message, reason)
         return typer.Exit(2)
     return _usage_error(message)
 
@@ -946,9 +1044,9 @@ def _evaluate(problem: Path, candidate: Path, device: str | None, precision: Pre
         with Evaluator(prob, str(dev), policy) as evaluator:
             return evaluator.evaluate(source), prob
     except ProblemError as e:
-        raise _fail(str(e), as_json, "bad_problem") from None
+        raise _fail(e, as_json, "bad_problem") from None
     except DeviceError as e:
-        raise _fail(str(e), as_json) from None
+        raise _fail(e, as_json) from None
     except Exception as e:  # noqa: BLE001 - the judge failed: one sentence (one JSON object), never a traceback
         what = "ran out of memory" if "out of memory" in str(e).lower() else f"failed: {type(e).__name__}: {str(e)[:300]}"
         raise _fail(f"the evaluator itself {what}", as_json, "evaluator_error") from None

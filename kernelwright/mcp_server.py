@@ -9,10 +9,12 @@ drives can also be reviewed from `kernelwright chat --attach`, and the other way
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
 import traceback
+import typing
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +23,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from kernelwright import api
-from kernelwright.agents.context import CHOICES, RANGES, default, settings_problem
+from kernelwright.agents.context import (CHOICES, PRECISIONS, RANGES, RunConfig, default, help_for, settings_problem,
+                                        spoken, user_settings)
 from kernelwright.api import UsageError
 from kernelwright.tools.review import who
 
@@ -38,14 +41,9 @@ poll job_result."""
 # What a chat client's model reads about each parameter (the tools' input schemas carry these words and the
 # allowed values, so a model need not guess what a bare string takes or what null picks).
 RunIdArg = Annotated[str, Field(description="the run's id, as start_run or list_runs gives it")]
-DeviceArg = Annotated[str | None, Field(
-    description="cpu, cuda, cuda:N or cuda:0,cuda:1 (a run's branches spread over the GPUs); null: cuda when the "
-                "server's machine has a GPU, else cpu. On the CPU kernels are verified but not timed.")]
-REVIEW_WORDS = tuple(sorted(CHOICES["review"], key=lambda mode: mode != default("review", "mcp")))
-"""the review modes, this server's default first (a client lists the first as the usual choice)"""
-ReviewArg = Annotated[Literal[REVIEW_WORDS], Field(  # type: ignore[valid-type]
-    description="proposals: each branch pauses after its strategist until `review` decides (poll pending_review); "
-                "none: the run goes on unattended")]
+DEVICE_WORDS = ("cpu, cuda, cuda:N or cuda:0,cuda:1 (a run's branches spread over the GPUs); null: cuda when the "
+                "server's machine has a GPU, else cpu. On the CPU kernels are verified but not timed.")
+DeviceArg = Annotated[str | None, Field(description=DEVICE_WORDS)]
 DecisionArg = Annotated[Literal["approve", "edit", "reject", "respond"], Field(
     description="approve: go on with the proposal; edit: change it (proposal: the changed fields); reject: drop it "
                 "(message: why); respond: your own proposal, or `kernel`, the child kernel's full source")]
@@ -54,27 +52,108 @@ SteerKindArg = Annotated[Literal["note", "pin", "ban", "unpin", "unban", "clear"
                 "kernel (text: its hash); ban: no proposal of this kind (text: one of tiling, warps, pipelining, "
                 "grouping, reduction, fusion, online, persistent, memory_access, decomposition, algorithm, "
                 "precision, other); unpin; unban (text: the kind); clear: drop the notes")]
-ModelArg = Annotated[str, Field(
-    description="builtin (no model: a fixed policy that improves the seed kernel's knobs) or provider:model, "
-                "e.g. openai:gpt-4.1")]
-# branches and iterations carry their bounds in the schema only: a value outside them is refused by
-# `settings_problem`, with the sentence the CLI and the served graph say
-IterationsArg = Annotated[int | None, Field(
-    json_schema_extra={"minimum": RANGES["iterations"][0]},
-    description="candidate children to evaluate in all; a proposal rejected in review is a step in the trace "
-                "but evaluates no child, so it does not count. null: 8, or no step limit when time_budget is "
-                "given (the run goes on until that budget, a plateau, the target or a stop)")]
-TimeBudgetArg = Annotated[str | None, Field(
-    description="wall-time budget, e.g. 90s, 30m or 8h; without iterations there is no step limit")]
-BranchesArg = Annotated[int, Field(json_schema_extra={"minimum": RANGES["branches"][0],
-                                                       "maximum": RANGES["branches"][1]},
-                                     description="parents per generation (parallel branches)")]
 TrialsArg = Annotated[int, Field(
     ge=RANGES["trials"][0], le=RANGES["trials"][1],
     description="verifier trials per input family; the result counts the trials of all families "
                 "together (trials × families)")]
 ProblemArg = Annotated[str, Field(description="a problem file's path (KernelBench format: Model, get_inputs, "
                                               "get_init_inputs), as the server's process sees it")]
+
+
+PARAMETER_SPELLING = {"time_budget_s": "time_budget", "provider_retry_window_s": "provider_retry_window",
+                      "cost_budget_usd": "cost_budget"}
+"""the run settings whose start_run parameter is not their RunConfig name (a duration in words, not seconds)"""
+
+DURATIONS = ("time_budget_s", "provider_retry_window_s")
+"""the settings start_run takes as a duration in words (90s, 30m, 8h), as `kernelwright optimize` does"""
+
+NOT_GIVEN = ("device", "cluster", "actors", "prices", "role_models", "knowledge")
+"""the settings whose parameter is null by default: settled when the run is created (the devices, the actors), or
+empty (no prices, no per-role models, the user's default knowledge store)"""
+
+OWN_WORDS: dict[str, str] = {
+    "device": DEVICE_WORDS,
+    "review": "proposals: each branch pauses after its strategist until `review` decides (poll pending_review); "
+              "none: the run goes on unattended",
+    "model": "builtin (no model: a fixed policy that improves the seed kernel's knobs) or provider:model, "
+             "e.g. openai:gpt-4.1",
+    "iterations": "candidate children to evaluate in all; a proposal rejected in review is a step in the trace "
+                  "but evaluates no child, so it does not count. null: 8, or no step limit when time_budget is "
+                  "given (the run goes on until that budget, a plateau, the target or a stop)",
+    "time_budget_s": "wall-time budget, e.g. 90s, 30m or 8h; without iterations there is no step limit",
+    "cluster": "evaluate on a running Ray cluster: ray, ray://HOST:PORT or HOST:PORT; null: here",
+    "actors": "with cluster: evaluation actors; null: one per GPU of the cluster",
+    "provider_retry_window_s": "how long a model call retries a provider's transient failures (connection, 429, "
+                               "5xx, timeouts), e.g. 30m; null: 15m; past it the run stops as failed, resumable "
+                               "with resume_run",
+    "prices": "model spec -> [USD per million input tokens, per million output tokens], e.g. "
+              "{\"openai:gpt-4.1\": [2, 8]}; needed with cost_budget",
+    "role_models": "per-role models overriding model: {\"analyst\" | \"strategist\" | \"coder\": provider:model}",
+}
+"""the settings whose start_run parameter carries words of this server's own (what a model client needs to know that a
+CLI user does not: what null picks, how a JSON value is written); the others carry the setting's help
+(`context.help_for`). Bounds and allowed values come from `context.RANGES` and `context.CHOICES` either way: a value
+outside them is refused by `settings_problem`, with the sentence the CLI and the served graph say."""
+
+
+def parameter(name: str) -> str:
+    """A run setting as the tools' parameters name it, where an error names the setting (`context.Said`)."""
+    return PARAMETER_SPELLING.get(name, name)
+
+
+_SETTING_OF = {parameter(name): name for name in user_settings()}
+
+
+def setting_parameters() -> list[inspect.Parameter]:
+    """start_run's parameters for the run settings, made from RunConfig: one for every setting a user sets
+    (`context.user_settings`), with its type, its allowed values or bounds, its default at this door
+    (`context.default(name, "mcp")`) and its help (or this server's own words, `OWN_WORDS`)."""
+    hints = typing.get_type_hints(RunConfig)
+    out = []
+    for name in user_settings():
+        kind: Any = hints[name]
+        value = default(name, "mcp")
+        extra: dict[str, Any] = {}
+        if name in DURATIONS:
+            kind, value = str | None, None
+        elif name in CHOICES:
+            kind = Literal[tuple(sorted(CHOICES[name], key=lambda word: word != value))]  # the default first
+        elif name == "precision":
+            kind = Literal[PRECISIONS] | None
+        if name in RANGES:
+            low, high = RANGES[name]
+            extra = {"minimum": low, **({"maximum": high} if high is not None else {})}
+        if name in NOT_GIVEN:
+            value = None
+            if type(None) not in typing.get_args(kind):
+                kind = kind | None
+        words = OWN_WORDS.get(name) or help_for(name, parameter)
+        out.append(inspect.Parameter(parameter(name), inspect.Parameter.KEYWORD_ONLY, default=value,
+                                     annotation=Annotated[kind, Field(description=words,
+                                                                      json_schema_extra=extra or None)]))
+    return out
+
+
+def settings_config(given: dict[str, Any]) -> RunConfig:
+    """The RunConfig that start_run's setting parameters make: a parameter null or left out takes the setting's
+    default at this door; durations are read as `kernelwright optimize --time-budget` reads them. UsageError, one
+    sentence in the parameters' names, for a bad one (`context.settings_problem`, the sentence every door says)."""
+    fields: dict[str, Any] = {name: default(name, "mcp") for name in user_settings()}
+    fields["device"] = ""  # null: cuda where the server has a GPU, settled when the run is created
+    for key, value in given.items():
+        name = _SETTING_OF.get(key)
+        if name is None:
+            raise UsageError(f"{key!r} is not a setting of start_run")
+        if value is None:
+            continue
+        fields[name] = _seconds(value, key) if name in DURATIONS else value
+    if fields["provider_retry_window_s"] is None:
+        del fields["provider_retry_window_s"]
+    config = api.RunConfig(**fields)
+    why = settings_problem(config)  # said before any work, as the CLI and the served graph say it
+    if why:
+        raise UsageError(why)
+    return config
 
 
 def _problem_inputs(source: str, path: str) -> list[str] | None:
@@ -94,11 +173,11 @@ def _problem_inputs(source: str, path: str) -> list[str] | None:
             for x in inputs]
 
 
-def _seconds(duration: str | None) -> float | None:
-    """A time budget as `kernelwright optimize --time-budget` takes it (90s, 30m, 8h), in seconds."""
+def _seconds(duration: str | float, name: str = "time_budget") -> float:
+    """A duration as `kernelwright optimize --time-budget` takes it (90s, 30m, 8h; a number: seconds), in seconds."""
     from kernelwright.optimize import parse_duration
 
-    return parse_duration(duration, "time_budget") if duration else None
+    return float(duration) if isinstance(duration, (int, float)) else parse_duration(duration, name)
 
 
 @dataclass
@@ -146,18 +225,10 @@ class Server:
         job.thread.start()
         return {"run_id": handle.id, "run_dir": str(handle.path)}
 
-    def start_run(self, problem: str, seed_kernel: str | None = None, model: str = default("model"),
-                  iterations: int | None = None, branches: int = default("branches", "mcp"), device: str | None = None,
-                  review: str = default("review", "mcp"), base_url: str | None = None, precision: str | None = None,
-                  trials: int = default("trials"), cluster: str | None = None, actors: int | None = None,
-                  time_budget: str | None = None) -> dict[str, Any]:
-        config = api.RunConfig(device=device or "", cluster=cluster or "", actors=actors or 0, precision=precision,
-                               branches=branches, iterations=iterations, trials=trials, model=model,
-                               time_budget_s=_seconds(time_budget),
-                               base_url=base_url, review=review)
-        why = settings_problem(config)  # said before any work, as the CLI and the served graph say it
-        if why:
-            raise UsageError(why)
+    def start_run(self, problem: str, seed_kernel: str | None = None, **settings: Any) -> dict[str, Any]:
+        """A run of `problem` from `seed_kernel` with the settings given by their parameters' names
+        (`setting_parameters`); the others take their defaults at this door."""
+        config = settings_config(settings)
         return self._launch(api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=self.runs_dir))
 
     def resume_run(self, run_id: str, device: str | None = None, cluster: str | None = None,
@@ -343,37 +414,34 @@ def build(runs_dir: str | Path = "runs") -> Any:
     app = MCPServer("kernelwright", instructions=INSTRUCTIONS)
     app.kernelwright = s  # type: ignore[attr-defined]
 
-    def tool(fn: Any) -> Any:
+    def tool(fn: Any, settings: bool = False) -> Any:
+        """`fn`'s name, words and parameters as an MCP tool calling the Server's method of that name; with
+        `settings`, the run settings' parameters too (`setting_parameters`)."""
         method = getattr(s, fn.__name__)
 
         def call(**kw: Any) -> Any:
             try:
                 return method(**kw)
             except UsageError as e:
-                raise ToolError(str(e)) from None
+                raise ToolError(spoken(e, parameter)) from None
 
         call.__name__, call.__doc__ = fn.__name__, fn.__doc__
         # evaluated here: the parameters' Annotated descriptions and Literal values are module-level names
         # that the SDK, resolving strings elsewhere, would not find
-        sig = __import__("inspect").signature(fn, eval_str=True)
+        sig = inspect.signature(fn, eval_str=True)
+        if settings:
+            sig = sig.replace(parameters=[*sig.parameters.values(), *setting_parameters()])
         call.__signature__ = sig  # type: ignore[attr-defined]
         call.__annotations__ = {**{n: p.annotation for n, p in sig.parameters.items()},
                                 "return": sig.return_annotation}
         app.tool()(call)
         return fn
 
-    @tool
     def start_run(problem: ProblemArg,
                   seed_kernel: Annotated[str | None, Field(description="the kernel to start from: a file path or its "
                                                                        "source (ModelNew with Triton kernels); "
                                                                        "needed with model builtin")] = None,
-                  model: ModelArg = default("model"), iterations: IterationsArg = None,
-                  time_budget: TimeBudgetArg = None, branches: BranchesArg = default("branches", "mcp"),
-                  device: DeviceArg = None, review: ReviewArg = default("review", "mcp"),
-                  cluster: Annotated[str | None, Field(description="evaluate on a running Ray cluster: ray, "
-                                                                   "ray://HOST:PORT or HOST:PORT; null: here")] = None,
-                  actors: Annotated[int | None, Field(description="with cluster: evaluation actors; null: one per "
-                                                                  "GPU of the cluster")] = None) -> dict[str, Any]:
+                  ) -> dict[str, Any]:
         """Start an optimization run of a problem file (a KernelBench-style Model with get_inputs) from a seed
         kernel file; returns {"run_id"} at once while the run goes on in the server. review "proposals" pauses
         each branch after its strategist until `review` decides; "none" runs unattended. model: builtin (no
@@ -381,7 +449,10 @@ def build(runs_dir: str | Path = "runs") -> Any:
         iterations counts evaluated children: a proposal rejected in review adds a step but does not count;
         null: 8, or no step limit when time_budget (e.g. 8h) is given, as for `kernelwright optimize`.
         cluster: evaluate on a running Ray cluster (ray, ray://HOST:PORT or HOST:PORT), with `actors` evaluation
-        actors (default one per GPU) and device cuda or cpu for their kind."""
+        actors (default one per GPU) and device cuda or cpu for their kind. Every other setting of a run
+        (budgets, prices, per-role models, profiling, the compiled baseline's mode, ...) is a parameter too."""
+
+    tool(start_run, settings=True)
 
     @tool
     def resume_run(run_id: RunIdArg,

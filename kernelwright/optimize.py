@@ -21,7 +21,6 @@ from rich.table import Table
 
 from kernelwright import api
 from kernelwright import progress as prog
-from kernelwright.agents.context import default, settings_problem
 from kernelwright.api import UsageError
 
 __all__ = ["Summary", "UsageError", "end_lines", "parse_duration", "parse_prices", "parse_role_models", "run_optimize"]
@@ -111,61 +110,17 @@ def parse_prices(items: list[str]) -> dict[str, list[float]]:
     return out
 
 
-def _knowledge_file(path: str | None, use: bool) -> str | None:
-    """--knowledge's file, checked: not with --no-knowledge, and not a folder (UsageError, one sentence)."""
-    if path is None:
-        return None
-    if not use:
-        raise UsageError("--knowledge and --no-knowledge contradict each other: give one")
-    if Path(path).expanduser().is_dir():
-        raise UsageError(f"--knowledge {path} is a folder: give the knowledge store's file")
-    return str(Path(path).expanduser())
-
-
-def build_config(*, model: str | None = None, base_url: str | None = None, role_models: list[str] | None = None,
-                 iterations: int | None = None, time_budget: str | None = None, branches: int | None = None,
-                 device: str | None = None, precision: str | None = None, trials: int | None = None,
-                 token_budget: int | None = None, cost_budget: float | None = None, prices: list[str] | None = None,
-                 profile: str | None = None, review: str | None = None, cluster: str | None = None,
-                 actors: int | None = None, hosts: str | None = None, provider_retry_window: str | None = None,
-                 tune_budget: int | None = None, knowledge: str | None = None, use_knowledge: bool | None = None,
-                 compile_mode: str | None = None, plateau_steps: int | None = None) -> api.RunConfig:
-    """optimize's (and chat's, bench's) flags as a RunConfig; UsageError, one sentence, for a bad one (the sentence
-    every front door says: `context.settings_problem`). A setting left None takes RunConfig's default, the one place
-    defaults are written; `iterations` None: no step limit when a time, token or cost budget is given, else the
-    default 8 (`RunConfig.step_budget`)."""
-    use = default("use_knowledge") if use_knowledge is None else use_knowledge
-    window = {} if provider_retry_window is None else {
-        "provider_retry_window_s": parse_duration(provider_retry_window, "--provider-retry-window")}
-    given = {"model": model, "base_url": base_url, "precision": precision, "branches": branches,
-             "iterations": iterations, "trials": trials, "token_budget": token_budget, "cost_budget_usd": cost_budget,
-             "profile": profile, "review": review, "cluster": cluster, "actors": actors, "hosts": hosts,
-             "tune_budget": tune_budget, "compile_mode": compile_mode, "plateau_steps": plateau_steps}
-    config = api.RunConfig(device=device or "", role_models=parse_role_models(role_models or []),
-                           time_budget_s=parse_duration(time_budget) if time_budget else None,
-                           prices=parse_prices(prices or []), knowledge=_knowledge_file(knowledge, use),
-                           use_knowledge=use, **window, **{k: v for k, v in given.items() if v is not None})
-    why = settings_problem(config)
-    if why:
-        raise UsageError(why)
-    return config
-
-
-def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, base_url: str | None,
-                 role_models: list[str], iterations: int | None, time_budget: str | None, branches: int, device: str | None,
-                 precision: str | None, trials: int, run_dir: Path, resume: str | None,
-                 console: Console, token_budget: int | None = None, cost_budget: float | None = None,
-                 prices: list[str] | None = None, models: dict[str, Any] | None = None,
-                 profile: str | None = None, review: str | None = None, cluster: str | None = None,
-                 actors: int | None = None, hosts: str | None = None,
-                 provider_retry_window: str | None = None, tune_budget: int | None = None,
-                 knowledge: str | None = None, use_knowledge: bool | None = None, compile_mode: str | None = None,
-                 plateau_steps: int | None = None, wait_notice_s: float = prog.WAIT_NOTICE_S,
-                 wait_repeat_s: float = prog.WAIT_REPEAT_S) -> Summary:
-    """`kernelwright optimize`: the flags become a RunConfig, the run is driven through the API with a live
-    view when `console` is a terminal, else a plain log (one line per event, a model call waiting longer than
-    `wait_notice_s` included), and the first Ctrl-C asks it to stop after the generation in flight. A setting left
-    None takes RunConfig's default (`build_config`)."""
+def run_optimize(*, problem: Path | None, seed_kernel: Path | None, run_dir: Path, resume: str | None, console: Console,
+                 config: api.RunConfig | None = None, models: dict[str, Any] | None = None, device: str | None = None,
+                 cluster: str | None = None, actors: int | None = None, hosts: str | None = None,
+                 wait_notice_s: float = prog.WAIT_NOTICE_S, wait_repeat_s: float = prog.WAIT_REPEAT_S,
+                 **settings: Any) -> Summary:
+    """`kernelwright optimize`: a new run with `config` (the command's flags make it, `cli.run_settings`), or one
+    resumed (moved to `device`, `cluster` and `actors`, hosted as `hosts` says, where given), driven through the API
+    with a live view when `console` is a terminal, else a plain log (one line per event, a model call waiting longer
+    than `wait_notice_s` included); the first Ctrl-C asks it to stop after the generation in flight. Without
+    `config`, `settings` are optimize's flags by name (branches=2, time_budget="8h", role_models=[...]), read as the
+    command reads them (`cli.settings_config`); a setting left out takes RunConfig's default."""
     if resume:
         handle = api.resume_run(resume, runs_dir=run_dir, models=models, device=device, cluster=cluster, actors=actors,
                                 hosts=hosts)
@@ -176,13 +131,11 @@ def run_optimize(*, problem: Path | None, seed_kernel: Path | None, model: str, 
             raise UsageError(f"{problem}: no such problem file")
         if seed_kernel is not None and not seed_kernel.is_file():
             raise UsageError(f"{seed_kernel}: no such seed kernel file")
-        config = build_config(model=model, base_url=base_url, role_models=role_models, iterations=iterations,
-                              time_budget=time_budget, branches=branches, device=device, precision=precision,
-                              trials=trials, token_budget=token_budget, cost_budget=cost_budget, prices=prices,
-                              profile=profile, review=review, cluster=cluster, actors=actors, hosts=hosts,
-                              provider_retry_window=provider_retry_window, tune_budget=tune_budget,
-                              knowledge=knowledge, use_knowledge=use_knowledge, compile_mode=compile_mode,
-                              plateau_steps=plateau_steps)
+        if config is None:
+            from kernelwright.cli import settings_config
+
+            config = settings_config("optimize", {"device": device, "cluster": cluster, "actors": actors,
+                                                  "hosts": hosts, **settings})
         handle = api.start_run(problem, seed_kernel=seed_kernel, config=config, runs_dir=run_dir, models=models)
     previous = signal.getsignal(signal.SIGINT)
 

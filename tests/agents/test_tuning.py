@@ -281,13 +281,13 @@ def test_the_tune_budget_is_a_run_setting_and_a_flag() -> None:
     from typer.testing import CliRunner
 
     from kernelwright.cli import app
-    from kernelwright.optimize import build_config
+    from kernelwright.cli import settings_config
 
     common = dict(model="builtin", base_url=None, role_models=[], iterations=None, time_budget=None, branches=1,
                   device="cpu", precision=None, trials=1, token_budget=None, cost_budget=None, prices=None,
                   profile="off", review="none")
-    assert build_config(**common).tune_budget == RunConfig().tune_budget == 6
-    assert build_config(**common, tune_budget=0).tune_budget == 0
+    assert settings_config("optimize", common).tune_budget == RunConfig().tune_budget == 6
+    assert settings_config("optimize", {**common, "tune_budget": 0}).tune_budget == 0
     assert RunConfig.from_dict({"tune_budget": 3}).tune_budget == 3 and RunConfig.from_dict({}).tune_budget == 6
     shown = CliRunner().invoke(app, ["optimize", "--help"], terminal_width=200)
     assert "--tune-budget" in shown.output, shown.output

@@ -28,12 +28,11 @@ def test_a_runs_compile_mode_reaches_its_evaluators(tmp_path) -> None:  # type: 
 
     from kernelwright.agents.context import RunConfig
     from kernelwright.cli import app
-    from kernelwright.optimize import build_config
+    from kernelwright.cli import settings_config
     from kernelwright.tools.evaluation import Evaluations
 
-    config = build_config(model="builtin", base_url=None, role_models=[], iterations=1, time_budget=None, branches=1,
-                          device="cpu", precision=None, trials=1, token_budget=None, cost_budget=None, prices=[],
-                          profile="auto", review="none", compile_mode="max-autotune")
+    config = settings_config("optimize", dict(model="builtin", iterations=1, branches=1, device="cpu", trials=1,
+                                              profile="auto", review="none", compile_mode="max-autotune"))
     assert config.compile_mode == "max-autotune" and RunConfig().compile_mode == "default"
     assert Evaluations(None, compile_mode="max-autotune").compile_mode == "max-autotune"  # type: ignore[arg-type]
     assert Evaluations(None, compile_mode="none").compile_mode is None  # type: ignore[arg-type]

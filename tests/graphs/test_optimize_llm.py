@@ -124,8 +124,8 @@ def test_a_provider_that_fails_for_good_stops_the_run_with_one_sentence(tmp_path
     (dict(model="gpt-4"), "provider:model"),
     (dict(model="builtin", role_models=["critic=openai:x"]), "ROLE one of analyst"),
     (dict(model="builtin", role_models=["coder=x"]), "provider:model"),
-    (dict(model="builtin", base_url="http://127.0.0.1:1/v1"), "--base-url needs a model"),
-    (dict(model="scripted:graph", role_models=["coder=builtin"], seed_kernel=None), "--seed-kernel"),
+    (dict(model="builtin", base_url="http://127.0.0.1:1/v1"), "base_url needs a model"),  # the CLI says the flags
+    (dict(model="scripted:graph", role_models=["coder=builtin"], seed_kernel=None), "seed_kernel"),
 ])
 def test_bad_model_flags_are_one_sentence(tmp_path: Path, kw: dict[str, Any], words: str) -> None:
     models = {"scripted:graph": Scripted()}

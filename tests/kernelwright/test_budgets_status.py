@@ -18,13 +18,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+from typing import Any
+
 import pytest
 from rich.console import Console
 
 from kernelwright import api
 from kernelwright.agents.context import DEFAULT_ITERATIONS, RunConfig
-from kernelwright.optimize import build_config, end_lines, run_optimize, runs_lines
+from kernelwright.cli import settings_config
+from kernelwright.optimize import end_lines, run_optimize, runs_lines
 from kernelwright.tools.runstore import RunInfo, RunStore
+
+def _flags(**given: Any) -> RunConfig:
+    """optimize's flags, by name, as the command reads them."""
+    return settings_config("optimize", given)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "tests" / "graphs" / "add_problem.py"
@@ -56,9 +64,9 @@ def test_the_step_budget_follows_the_budgets_given() -> None:
     # the CLI's flags: --time-budget alone leaves iterations unset
     common = dict(model="builtin", base_url=None, role_models=[], branches=2, device="cpu", precision=None, trials=1,
                   token_budget=None, cost_budget=None, prices=None, profile="off", review="none")
-    assert build_config(iterations=None, time_budget="8h", **common).step_budget() is None
-    assert build_config(iterations=None, time_budget=None, **common).step_budget() == 8
-    assert build_config(iterations=5, time_budget=None, **common).step_budget() == 5
+    assert _flags(iterations=None, time_budget="8h", **common).step_budget() is None
+    assert _flags(iterations=None, time_budget=None, **common).step_budget() == 8
+    assert _flags(iterations=5, time_budget=None, **common).step_budget() == 5
     # a run.json of an earlier version (iterations saved as 8) keeps its 8 steps
     assert RunConfig.from_dict({"iterations": 8, "time_budget_s": 3600}).step_budget() == 8
 
@@ -109,13 +117,12 @@ def test_every_front_door_says_the_same_of_the_budgets() -> None:
 
     assert serve._settings({"time_budget_s": 60}).step_budget() is None
     assert serve._settings({}).step_budget() == 8 and serve._settings({"iterations": 3}).step_budget() == 3
-    import inspect
-
     from kernelwright import mcp_server
 
-    assert "no step limit" in " ".join(getattr(m, "description", "") or "" for m in mcp_server.IterationsArg.__metadata__)
-    assert inspect.signature(mcp_server.Server.start_run).parameters["iterations"].default is None
-    assert "time_budget" in inspect.signature(mcp_server.Server.start_run).parameters
+    params = {p.name: p for p in mcp_server.setting_parameters()}  # start_run's run-setting parameters
+    words = " ".join(getattr(m, "description", "") or "" for m in params["iterations"].annotation.__metadata__)
+    assert "no step limit" in words
+    assert params["iterations"].default is None and "time_budget" in params
 
 
 def test_the_mcp_tool_with_a_time_budget_alone_runs_past_eight_steps(tmp_path: Path,

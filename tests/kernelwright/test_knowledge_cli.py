@@ -110,19 +110,19 @@ def test_optimize_takes_the_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(opt, "run_optimize", fake)
     base = ["optimize", PROBLEM, "--seed-kernel", SEED, "--device", "cpu", "--run-dir", tmp_path / "runs"]
     assert one_sentence(invoke(*base, "--knowledge", tmp_path / "k.jsonl")) == "stopped by the test"
-    assert seen["knowledge"] == str(tmp_path / "k.jsonl") and seen["use_knowledge"] is True
+    assert seen["config"].knowledge == str(tmp_path / "k.jsonl") and seen["config"].use_knowledge is True
     invoke(*base, "--no-knowledge")
-    assert seen["knowledge"] is None and seen["use_knowledge"] is False
+    assert seen["config"].knowledge is None and seen["config"].use_knowledge is False
     invoke(*base)
-    assert seen["knowledge"] is None and seen["use_knowledge"] is True
-    # the flags become the run's config: contradicting ones are one sentence
-    with pytest.raises(opt.UsageError, match="^--knowledge and --no-knowledge contradict each other: give one$"):
-        opt.build_config(model="builtin", base_url=None, role_models=[], iterations=1, time_budget=None, branches=1,
-                         device="cpu", precision=None, trials=1, token_budget=None, cost_budget=None, prices=[],
-                         profile="off", review="none", knowledge="k.jsonl", use_knowledge=False)
-    cfg = opt.build_config(model="builtin", base_url=None, role_models=[], iterations=1, time_budget=None, branches=1,
-                           device="cpu", precision=None, trials=1, token_budget=None, cost_budget=None, prices=[],
-                           profile="off", review="none", knowledge=str(tmp_path / "k.jsonl"))
+    assert seen["config"].knowledge is None and seen["config"].use_knowledge is True
+    # the flags become the run's config: contradicting ones are one sentence, in the flags' words
+    assert one_sentence(invoke(*base, "--knowledge", "k.jsonl", "--no-knowledge")) == \
+        "--knowledge and --no-knowledge contradict each other: give one"
+    with pytest.raises(opt.UsageError, match="^knowledge and use_knowledge contradict each other: give one$"):
+        cli.settings_config("optimize", dict(model="builtin", iterations=1, branches=1, device="cpu", trials=1,
+                                             profile="off", knowledge="k.jsonl", use_knowledge=False))
+    cfg = cli.settings_config("optimize", dict(model="builtin", iterations=1, branches=1, device="cpu", trials=1,
+                                               profile="off", knowledge=str(tmp_path / "k.jsonl")))
     assert cfg.knowledge == str(tmp_path / "k.jsonl") and cfg.use_knowledge
 
 
