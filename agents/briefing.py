@@ -3,7 +3,7 @@ parent's evidence (rendered profile), inspirations from the archive (the best an
 as diffs against the parent with their measured numbers), how the strategist's predictions held on this
 lineage, the history of the lineage, and the playbook.
 
-Pure text assembly over plain data; the roles fetch the data (`roles.py`) and the prompts place the text.
+Pure text assembly over plain data; the roles fetch the data (`roles/`) and the prompts place the text.
 The bounds are characters (about four per token): the strategist's prompt, beyond the problem's and the
 parent's sources, stays under `STRATEGIST_EXTRA_CHARS`; the coder's under `CODER_EXTRA_CHARS`.
 """

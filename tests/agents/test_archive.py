@@ -257,7 +257,7 @@ def test_the_history_says_what_a_judged_child_launched(tmp_path) -> None:
     from types import SimpleNamespace
 
     from kernelwright.agents.briefing import render_history
-    from kernelwright.agents.roles import _with_launch
+    from kernelwright.agents.roles.selection import _with_launch
     from kernelwright.tools.runstore import RunStore
 
     run = RunStore(tmp_path).create("p.py", "source", {})
