@@ -25,11 +25,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, stop_never
 
-from kernelwright import prompts
-from kernelwright.evaluators import EvalResult
 from kernelwright.tools.coding import QuickCheck, Workspace, check_workspace, coder_tools
 
-from .briefing import PLAYBOOK_CHARS, clip
+from . import briefing
+# the roles read these pieces of prompt text as llm's names; they are assembled in briefing, with the prompts
+from .briefing import QUICK_CHECK_CPU, QUICK_CHECK_GPU, describe_eval, render_diagnosis, standing  # noqa: F401
 from .schemas import Diagnosis, Proposal
 
 log = logging.getLogger(__name__)
@@ -386,8 +386,8 @@ def analyse(model: BaseChatModel, *, problem: str, parent: str, evaluation: str,
             parent_label: str = "the kernel to improve", history: str = "(none yet)") -> Diagnosis:
     """The analyst's diagnosis of the parent. `history`: the lineage's last steps, so that a parent analysed again
     after a child of it failed or lost is read in the light of what was tried (not as if nothing had happened)."""
-    prompt = prompts.load("analyst").format(problem=problem, parent=parent, evaluation=evaluation, profile=profile,
-                                            facts=facts, parent_label=parent_label, history=history or "(none yet)")
+    prompt = briefing.analyst_prompt(problem=problem, parent=parent, evaluation=evaluation, profile=profile,
+                                     facts=facts, parent_label=parent_label, history=history)
     return structured(model, Diagnosis, prompt, usage, transcript=transcript)  # type: ignore[return-value]
 
 
@@ -400,23 +400,11 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, standing: str
     """The strategist's one proposal. It is shown the analyst's diagnosis, not a copy of what the analyst read:
     `standing` is the parent's measured numbers in one line, and `evidence` (the rendered profile) is given
     only where the analyst was the builtin policy, whose reading is too thin to stand for it."""
-    siblings = ("(none: this is the only branch on this parent)" if sibling_rank == 0 else
-                f"{sibling_rank} other branch(es) work on this same parent right now and take your most promising "
-                f"idea(s); to keep the branches distinct, propose your choice number {sibling_rank + 1} in order of "
-                "promise.")
-    prompt = prompts.load("strategist").format(
-        problem=problem, parent=parent, standing=standing, diagnosis=render_diagnosis(diagnosis),
-        evidence=f"\nWhat the analyst read (the profile of the parent):\n{evidence}\n" if evidence else "",
-        history=history or "(none yet)", siblings=siblings, facts=facts,
-        failed=(", ".join(failed) or "(none)") + (f"\nWhat the builtin's tuning measured around this kernel:\n{swept}"
-                                                   if swept else ""),
-        inspirations=inspirations, predictions=predictions, parent_label=parent_label,
-        playbook=playbook if playbook is not None else clip(prompts.playbook(), PLAYBOOK_CHARS))
-    if coder_can:
-        prompt += "\n\n## What the coder can apply in this run\n" + coder_can
-    if steering:
-        prompt += ("\n\n## The reviewer's standing instructions (a person steering this run: follow them)\n"
-                   + steering)
+    prompt = briefing.strategist_prompt(
+        problem=problem, parent=parent, standing=standing, diagnosis=diagnosis, history=history, failed=failed,
+        sibling_rank=sibling_rank, facts=facts, evidence=evidence, inspirations=inspirations,
+        predictions=predictions, playbook=playbook, parent_label=parent_label, steering=steering,
+        coder_can=coder_can, swept=swept)
     p: Proposal = structured(model, Proposal, prompt, usage, transcript=transcript)  # type: ignore[assignment]
     if p.key in failed:
         raise ModelError(f"the model proposed {p.key!r}, which was already tried on this parent")
@@ -425,57 +413,29 @@ def strategise(model: BaseChatModel, *, problem: str, parent: str, standing: str
 
 # -- the coder --------------------------------------------------------------------------------------------
 
-_SHAPES_AND_FINISH = (
-    " shapes (any of \"small\", \"odd\", \"tail\") also checks it at variants of the problem's size constants, each "
-    "reported apart (the quick_check tool's description says how each is made). finish() runs the check at the "
-    "problem's shapes itself, so edit, quick_check and finish may come in one reply.")
-QUICK_CHECK_CPU = ("run the verifier on the current kernel (Triton's interpreter on the CPU: every correctness "
-                   "trial and guard; nothing is timed) at the problem's own shapes." + _SHAPES_AND_FINISH)
-QUICK_CHECK_GPU = ("compile the current kernel and run it on the GPU on one input set of each family (base, sign-flipped, "
-                   "rescaled, heavy-tailed) plus the problem's test "
-                   "inputs, with every guard, against the reference, and time it roughly at the problem's size (one "
-                   "measurement, labelled rough, never used to admit anything; seconds in all)." + _SHAPES_AND_FINISH)
-
-
 def code(model: BaseChatModel, parent_source: str, proposal: Proposal, quick_check: QuickCheck, *,
          problem: str = "", usage: Usage | None = None,
          rounds: int = 12, facts: str = "(not given)", inspirations: str = "(none)",
-         quick_check_text: str = QUICK_CHECK_CPU, parent_label: str = "the kernel to improve",
+         quick_check_text: str = briefing.QUICK_CHECK_CPU, parent_label: str = "the kernel to improve",
          coverage: str = "") -> tuple[str | None, list[dict[str, Any]]]:
     """Apply the proposal with tools; (the child's source, or None when no passing change was made, and the
     transcript). Bounded by `rounds` model calls; a malformed or failing tool call is answered with the error.
     The coder is shown the proposal (whose `why` carries the diagnosis), not the diagnosis again."""
-    prompt = prompts.load("coder").format(
-        problem=problem, parent=parent_source, proposal=render_proposal(proposal), facts=facts,
-        inspirations=inspirations, quick_check=quick_check_text, parent_label=parent_label,
-        coverage=coverage or coverage_note(problem), contract=prompts.contract())
+    prompt = briefing.coder_prompt(problem=problem, parent=parent_source, proposal=proposal, facts=facts,
+                                   inspirations=inspirations, quick_check_text=quick_check_text,
+                                   parent_label=parent_label, coverage=coverage)
     return _edit(model, parent_source, prompt, quick_check, usage if usage is not None else Usage(), rounds)
 
 
-def coverage_note(problem: str) -> str:
-    """What the quick check exercises beyond the problem's own shapes, said plainly for the coder."""
-    if re.search(r"^def get_test_inputs\(", problem, re.M):
-        return ("The quick check also runs the problem's get_test_inputs() shapes, so general paths (a tail "
-                "block, more than one chunk) are exercised.")
-    return ("This problem gives no get_test_inputs(): the quick check at its own shapes never takes a path those "
-            "shapes do not need (a tail block, a second chunk); when your change adds such a path, exercise it "
-            "with quick_check(shapes=[\"odd\", \"tail\"]) rather than by editing block sizes.")
-
-
 def write(model: BaseChatModel, problem: str, quick_check: QuickCheck, *, usage: Usage | None = None,
-          rounds: int = 16, facts: str = "(not given)", quick_check_text: str = QUICK_CHECK_CPU,
+          rounds: int = 16, facts: str = "(not given)", quick_check_text: str = briefing.QUICK_CHECK_CPU,
           rejected: tuple[str, str] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
     """Write a first kernel for the problem from its reference (no seed kernel given), with the coder's tools.
     `rejected`: (an earlier attempt's source, the full verifier's verdict on it) — this attempt starts from that
     source and is told why it was rejected, to repair it rather than start over."""
-    prompt = prompts.load("writer").format(problem=problem, facts=facts, quick_check=quick_check_text,
-                                           contract=prompts.contract())
-    start = ""
-    if rejected is not None:
-        start, verdict = rejected
-        prompt += ("\n\n## Your previous attempt, rejected by the full verifier\nIt passed the quick check, but the "
-                   f"full verification (every input family, more trials) rejected it:\n{verdict}\nThe editor starts "
-                   "with that attempt's source: repair it (view_kernel shows it).")
+    prompt = briefing.writer_prompt(problem=problem, facts=facts, quick_check_text=quick_check_text,
+                                    rejected=rejected[1] if rejected is not None else None)
+    start = rejected[0] if rejected is not None else ""
     return _edit(model, start, prompt, quick_check, usage if usage is not None else Usage(), rounds)
 
 
@@ -554,55 +514,3 @@ def compact(messages: list[BaseMessage]) -> None:
     for i, m in enumerate(messages[:last_edit]):
         if isinstance(m, ToolMessage) and m.tool_call_id in stale_ids and len(str(m.content)) > 200:
             messages[i] = m.model_copy(update={"content": f"{str(m.content)[:160]}… {SUPERSEDED}"})
-
-
-def render_diagnosis(d: Diagnosis) -> str:
-    """The analyst's diagnosis as a few lines of text (not its JSON)."""
-    lines = [f"bottleneck: {d.bottleneck}" + (f"; headroom {d.headroom:.0%} above the floor" if d.headroom is not None
-                                              else "")]
-    lines += [f"- {e}" for e in d.evidence]
-    lines.append(d.summary)
-    return "\n".join(lines)
-
-
-def render_proposal(p: Proposal) -> str:
-    """The change to make, as the coder reads it."""
-    return (f"{p.what}\n(category {p.category}, key {p.key}; why: {p.why}; predicted {p.predicted_speedup:.2f}× "
-            f"the parent's speed, risk {p.risk})")
-
-
-def standing(result: EvalResult | None) -> str:
-    """Where a verified kernel stands, in one line: its time and noise band, against eager and torch.compile,
-    and against the roofline floor (what the strategist needs of the verifier's numbers)."""
-    if result is None:
-        return "not judged"
-    t = result.timing
-    if t is None:
-        return f"{result.verdict} ({result.reason}); not timed ({result.timing_unavailable or 'no timing'})"
-    bits = [f"{t.median_ms:.4g} ms median (noise band ±{t.noise_band:.1%})"]
-    if t.speedup_vs_eager:
-        bits.append(f"{t.speedup_vs_eager:.2f}× eager")
-    if t.speedup_vs_compile:
-        bits.append(f"{t.speedup_vs_compile:.2f}× torch.compile" + (f" ({t.compile_mode})" if t.compile_mode else ""))
-    if t.fraction_of_floor is not None and t.floor_ms:
-        bits.append(f"{t.fraction_of_floor:.0%} of the roofline floor ({t.floor_ms:.4g} ms, {t.bound}-bound)")
-    return f"{result.verdict}; " + ", ".join(bits)
-
-
-def describe_eval(result: EvalResult | None) -> str:
-    """A bounded, model-safe summary of a verdict."""
-    if result is None:
-        return "verdict: not judged"
-    lines = [f"verdict: {result.verdict} ({result.reason})"]
-    if result.max_rel_error is not None:
-        lines.append(f"max relative error: {result.max_rel_error:.3g}")
-    t = result.timing
-    if t:
-        for k in ("median_ms", "speedup_vs_eager", "speedup_vs_compile", "floor_ms", "bound", "fraction_of_floor",
-                  "noise_band"):
-            v = getattr(t, k)
-            if v is not None:
-                lines.append(f"{k}: {v}")
-    else:
-        lines.append(f"timing: unavailable ({result.timing_unavailable or 'not measured'})")
-    return "\n".join(lines)

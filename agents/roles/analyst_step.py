@@ -43,7 +43,7 @@ def _llm_analyst(state: State, ctx: RunContext) -> State:
     error = None
     try:
         d = llm.analyse(ctx.models.chat_model(spec), problem=run.problem_source(), parent=run.kernel(state["parent"]),
-                        evaluation=llm.describe_eval(result), profile=render(evidence, briefing.EVIDENCE_CHARS),
+                        evaluation=briefing.describe_eval(result), profile=render(evidence, briefing.EVIDENCE_CHARS),
                         facts=facts_text(ctx, state.get("branch") or 0), usage=usage, transcript=transcript,
                         parent_label=label_of(state),
                         history=briefing.render_history((state.get("history") or [])[-ANALYST_HISTORY:]))

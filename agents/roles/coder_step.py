@@ -100,7 +100,7 @@ def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
 
 
 def quick_check_text(ctx: RunContext, branch: int) -> str:
-    return llm.QUICK_CHECK_CPU if ctx.config.on_cpu else llm.QUICK_CHECK_GPU
+    return briefing.QUICK_CHECK_CPU if ctx.config.on_cpu else briefing.QUICK_CHECK_GPU
 
 
 def _diff(parent: str, parent_src: str, child_src: str) -> str:

@@ -73,7 +73,7 @@ def _llm_strategist(state: State, ctx: RunContext) -> State:
     evidence = "" if ctx.config.uses_model("analyst") else render(evidence_of(ctx, parent), briefing.EVIDENCE_CHARS)
     try:
         p = llm.strategise(ctx.models.chat_model(spec), problem=run.problem_source(),
-                           parent=parent_src, standing=llm.standing(ctx.evaluations.cached(parent)),
+                           parent=parent_src, standing=briefing.standing(ctx.evaluations.cached(parent)),
                            diagnosis=Diagnosis.model_validate(state["diagnosis"]),
                            history=briefing.render_history(state.get("history") or []),
                            failed=list(state.get("failed") or []), swept=state.get("swept") or "",
