@@ -109,8 +109,8 @@ def throughput(out: dict) -> None:
     os.environ["KW_BENCH_SIZE"] = "cpu"
     prob = ROOT / "bench" / "problems" / "relu.py"
     if not prob.exists():
-        prob = ROOT / "tests" / "gpu" / "add_problem.py"
-    cand_src = (prob.with_name(prob.stem + "_triton.py") if prob.stem == "relu" else ROOT / "tests/gpu/honest_add.py").read_text()
+        prob = ROOT / "tests" / "gpu" / "fixtures" / "add_problem.py"
+    cand_src = (prob.with_name(prob.stem + "_triton.py") if prob.stem == "relu" else ROOT / "tests/gpu/fixtures/honest_add.py").read_text()
     # Distinct candidates: the same kernel with a different constant, so each one compiles afresh.
     cands = [cand_src + f"\n_KW_VARIANT = {i}\n" for i in range(int(os.environ.get("KW_TP_N", "20")))]
     rows = []

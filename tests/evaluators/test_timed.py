@@ -2,7 +2,7 @@
 transport standing in for a worker: a candidate honest only where the old rule looked (the last repetition
 of each input set) or on a fixed share of its calls is caught; an honest one passes; the choice is made after
 each repetition ran; a timing that outlasts its limit is a timeout. The same attack on a real GPU worker is
-tests/gpu/b30_unchecked_reps.py."""
+tests/gpu/fixtures/b30_unchecked_reps.py."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def test_many_evaluations_at_once_on_one_gpu_all_finish() -> None:
 
     from kernelwright.evaluators import EvalPolicy, Evaluator, load_problem
 
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent / "fixtures"
     source = (here / "honest_add.py").read_text()
     results: list = []
     with Evaluator(load_problem(here / "add_problem.py"), "cuda", EvalPolicy(trials=2, spares=2)) as ev:

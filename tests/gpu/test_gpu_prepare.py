@@ -14,7 +14,7 @@ import torch
 from kernelwright.evaluators import EvalPolicy, Evaluator, Limits, load_problem
 from kernelwright.evaluators import baselines
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parent / "fixtures"
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),

@@ -13,7 +13,7 @@ import torch
 
 from kernelwright.evaluators import EvalPolicy, Evaluator, Limits, Reason, load_problem
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parent / "fixtures"
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),

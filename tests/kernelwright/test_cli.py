@@ -19,8 +19,8 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-ADD_PROBLEM = REPO / "tests" / "gpu" / "add_problem.py"
-ADD_HONEST = REPO / "tests" / "gpu" / "honest_add.py"
+ADD_PROBLEM = REPO / "tests" / "gpu" / "fixtures" / "add_problem.py"
+ADD_HONEST = REPO / "tests" / "gpu" / "fixtures" / "honest_add.py"
 RELU_PROBLEM = REPO / "tests" / "adversarial" / "problems" / "relu.py"
 RELU_IDENTITY = REPO / "tests" / "adversarial" / "candidates" / "a05_identity_relu.py"  # rejected: wrong_output
 RELU_PROBLEM_HONEST = REPO / "tests" / "kernels" / "honest" / "relu_problem.py"
