@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import logging
 import os
 import random
@@ -92,6 +93,9 @@ class EvalPolicy:
     less what is held outside the ledger); a test makes it small to make evaluations queue"""
     shared_buffers: bool = True
     """on CUDA, exchange tensors with the worker through device buffers it owns (no host copies)"""
+    ordering_check: bool = True
+    """run the ordering check on a kernel that waits on tickets (off where the same source's check already ran
+    on this problem: the quick check's shape variants, after its own shapes)"""
     program_order: str | None = None
     """Triton's interpreter only (cpu): each launch's programs run one at a time in this order ("forward" or
     "reverse" program id); set by the ordering check's own evaluators (`Evaluator._ordering_check`)"""
@@ -185,6 +189,8 @@ class Evaluator:
         """the reference session and the evaluator's cached state; taken after a GPU lock, never before one"""
         self._ordering: tuple[dict[str, Evaluator], WorkerPool, str] | None = None
         self._ordering_lock = threading.Lock()
+        self._ordered: set[str] = set()
+        """digests of the sources that passed the ordering check here"""
         self._footprint_lock = threading.Lock()
         if pool is not None and pool.device != str(self.device):
             raise ValueError(f"the worker pool runs on {pool.device}, this evaluator on {self.device}")
@@ -489,7 +495,7 @@ class Evaluator:
             if self._broken:
                 raise RuntimeError(f"this evaluator can no longer judge: {self._broken}")
             self._static(source, checks)
-            if self.policy.static_check and self.policy.program_order is None:
+            if self.policy.static_check and self.policy.ordering_check and self.policy.program_order is None:
                 self._ordering_check(source, checks, phases)
             t0 = time.monotonic()
             plan = self.plan()
@@ -635,6 +641,10 @@ class Evaluator:
         if not lines:
             return
         where = f"line {lines[0]}" + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        if digest in self._ordered:  # this source passed it on this evaluator (a quick check, then the verdict)
+            checks.append(Check(name="ordering", outcome="pass", detail=f"spin loop at {where}: passed before"))
+            return
         t0 = time.monotonic()
         try:
             evaluators, label = self._ordering_evaluators()
@@ -674,6 +684,7 @@ class Evaluator:
                            "(`t = tl.atomic_add(counter, 1)`), never on program ids or later tickets",
                          "ordering", "inter_program_wait")
         phases["ordering_s"] = time.monotonic() - t0
+        self._ordered.add(digest)
         checks.append(Check(name="ordering", outcome="pass",
                             detail=f"spin loop at {where} waits only on earlier tickets: finished and correct with "
                                    f"programs one at a time in reverse and forward order ({label})"))

@@ -64,3 +64,19 @@ def test_a_wait_the_check_cannot_run_is_refused(tmp_path: Path) -> None:
     assert (result.verdict, result.reason.value, result.rule) == ("fail", "forbidden_code", "inter_program_wait")
     assert "cannot run for this problem" in result.detail
     assert "load" not in {c.name for c in result.checks}
+
+
+def test_the_check_runs_once_per_source_and_evaluator() -> None:
+    """A quick check, then the verdict of the same source on the same evaluator: the second says it passed before
+    (its phases hold no second run); a variant evaluator with the check off runs none."""
+    src = (ROOT / "candidates" / "honest_ticket_scan.py").read_text()
+    with Evaluator(load_problem(ROOT / "problems" / "cumsum.py"), "cpu",
+                   EvalPolicy(compile_mode=None, trials=1, spares=0)) as ev:
+        first, second = ev.evaluate(src, quick=True), ev.evaluate(src)
+    assert first.verdict == second.verdict == "pass", (first.detail, second.detail)
+    assert "ordering_reverse_s" in first.phases and "ordering_reverse_s" not in second.phases
+    assert next(c for c in second.checks if c.name == "ordering").detail.endswith("passed before")
+    with Evaluator(load_problem(ROOT / "problems" / "cumsum.py"), "cpu",
+                   EvalPolicy(compile_mode=None, trials=1, spares=0, ordering_check=False)) as ev:
+        off = ev.evaluate(src, quick=True)
+    assert off.verdict == "pass" and not [c for c in off.checks if c.name == "ordering"]
