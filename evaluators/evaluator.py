@@ -641,6 +641,12 @@ class Evaluator:
         if not lines:
             return
         where = f"line {lines[0]}" + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
+        waiting, twins = static.waiting_kernels(source)
+        if twins:
+            raise Reject(Reason.FORBIDDEN_CODE,
+                         f"{where}: a kernel that waits on other programs shares its name with another function "
+                         f"({twins[0]}): the ordering check knows a launch by its kernel's name, so each such kernel "
+                         "needs a name of its own", "ordering", "inter_program_wait")
         digest = hashlib.sha256(source.encode()).hexdigest()
         if digest in self._ordered:  # this source passed it on this evaluator (a quick check, then the verdict)
             checks.append(Check(name="ordering", outcome="pass", detail=f"spin loop at {where}: passed before"))
@@ -659,6 +665,12 @@ class Evaluator:
             r = results[order] = ev.evaluate(source)
             phases[f"ordering_{order}_s"] = r.phases.get("total_s", 0.0)
             if r.verdict == "pass":
+                unrun = [k for k in waiting if k not in {launch.name for launch in r.kernels}]
+                if unrun:  # a kernel the check never saw run (a path only another device takes) may not wait
+                    raise Reject(Reason.FORBIDDEN_CODE,
+                                 f"{where}: the kernel {unrun[0]} waits on other programs but never ran in the ordering "
+                                 f"check ({label}, Triton's interpreter): a kernel that waits must run there, on every "
+                                 "device's path", "ordering", "inter_program_wait")
                 continue
             how = f"with each launch's programs run one at a time in {order} program-id order ({label}, Triton's " \
                   f"interpreter)"

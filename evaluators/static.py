@@ -175,6 +175,9 @@ class _Checker(ast.NodeVisitor):
         self.bound = bound or set()  # every name the source binds (a parameter called `input` is no builtin)
         self.tickets: list[set[str]] = []  # per enclosing function: the names bound to a ticket (`_ticket_names`)
         self.ticket_waits: list[int] = []  # lines of spin loops allowed because their function takes a ticket
+        self.functions: list[str] = []  # the enclosing functions' names, innermost last
+        self.waiting: list[str] = []  # the functions those loops are in
+        self.defined: list[str] = []  # every function name the source defines, as often as it does
 
     def flag(self, node: ast.AST, rule: str, message: str) -> None:
         self.violations.append(StaticViolation(rule, getattr(node, "lineno", 0), message))
@@ -420,7 +423,10 @@ class _Checker(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         self.tickets.append(_ticket_names(node))
+        self.functions.append(node.name)
+        self.defined.append(node.name)
         self.generic_visit(node)
+        self.functions.pop()
         self.tickets.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
@@ -452,6 +458,7 @@ class _Checker(ast.NodeVisitor):
                         # look-back); that it waits on nothing else is checked by running it, programs one at a
                         # time in both orders (`Evaluator._ordering_check`), not here
                         self.ticket_waits.append(node.lineno)
+                        self.waiting.append(self.functions[-1])
                     else:
                         self.flag(node, "inter_program_wait",
                                   "a loop waits on a value other programs write (a spin on a volatile load or a "
@@ -482,6 +489,14 @@ def ticket_waits(source: str) -> list[int]:
     with any must pass the ordering check (`Evaluator._ordering_check`) before it is judged. Raises SyntaxError
     if the source does not parse."""
     return _checked(source, False).ticket_waits
+
+
+def waiting_kernels(source: str) -> tuple[list[str], list[str]]:
+    """The names of the functions holding the spin loops of `ticket_waits`, and those of them the source defines
+    more than once (a launch is known by its kernel's name, so the ordering check cannot tell such twins apart)."""
+    checker = _checked(source, False)
+    names = list(dict.fromkeys(checker.waiting))
+    return names, [n for n in names if checker.defined.count(n) > 1]
 
 
 def _checked(source: str, allow_streams: bool) -> _Checker:

@@ -261,3 +261,12 @@ def test_a_spin_loop_in_a_kernel_that_takes_a_ticket_goes_to_the_ordering_check(
 def test_a_spin_loop_without_a_ticket_of_its_own_is_still_refused(source: str) -> None:
     assert [v.rule for v in check_source(source)] == ["inter_program_wait"]
     assert ticket_waits(source) == []
+
+
+def test_the_kernels_that_wait_are_named_and_twins_found() -> None:
+    from kernelwright.evaluators.static import waiting_kernels
+
+    two = TICKET_WAIT + "def j(c):\n    return c\n"
+    assert waiting_kernels(two) == (["k"], [])
+    twin = TICKET_WAIT + "class A:\n    def k(self):\n        return 0\n"
+    assert waiting_kernels(twin) == (["k"], ["k"])
