@@ -637,11 +637,11 @@ class Evaluator:
         never finishes in one of the two orders, whatever order its author relied on (program ids, dispatch
         order); one that waits only on smaller tickets finishes in both, and must be right in both. A hang is cut
         at the CPU's execution limit. Fails closed: a kernel the check cannot run may not wait."""
-        lines = static.ticket_waits(source)
+        report = static.ticket_wait_report(source)
+        lines, waiting, twins = report.lines, report.kernels, report.twins
         if not lines:
             return
         where = f"line {lines[0]}" + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
-        waiting, twins = static.waiting_kernels(source)
         if twins:
             raise Reject(Reason.FORBIDDEN_CODE,
                          f"{where}: a kernel that waits on other programs shares its name with another function "
@@ -660,10 +660,16 @@ class Evaluator:
                          f"run at a small shape in Triton's interpreter, programs one at a time) cannot run for this "
                          f"problem: {type(e).__name__}: {str(e).strip()[:300]}", "ordering", "inter_program_wait"
                          ) from None
-        results = {}
-        for order, ev in evaluators.items():
-            r = results[order] = ev.evaluate(source)
-            phases[f"ordering_{order}_s"] = r.phases.get("total_s", 0.0)
+        results: dict[str, EvalResult] = {}
+
+        def judged(order: str) -> EvalResult:
+            if order not in results:
+                results[order] = evaluators[order].evaluate(source)
+                phases[f"ordering_{order}_s"] = results[order].phases.get("total_s", 0.0)
+            return results[order]
+
+        for order in evaluators:
+            r = judged(order)
             if r.verdict == "pass":
                 unrun = [k for k in waiting if k not in {launch.name for launch in r.kernels}]
                 if unrun:  # a kernel the check never saw run (a path only another device takes) may not wait
@@ -681,10 +687,7 @@ class Evaluator:
             # a hang: in one order only, the kernel waited on a program that had not started; in both, it did
             # that or it is too slow for the interpreter at this shape (said so: the message must not guess)
             other = next(o for o in evaluators if o != order)
-            if other not in results:
-                results[other] = evaluators[other].evaluate(source)
-                phases[f"ordering_{other}_s"] = results[other].phases.get("total_s", 0.0)
-            both = results[other].verdict != "pass" and results[other].reason == Reason.TIMEOUT
+            both = judged(other).verdict != "pass" and judged(other).reason == Reason.TIMEOUT
             raise Reject(Reason.FORBIDDEN_CODE,
                          f"{where}: " + (f"the kernel did not finish in either order, programs run one at a time "
                                          f"({label}, Triton's interpreter, within the CPU's execution limit): its "

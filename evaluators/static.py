@@ -484,19 +484,36 @@ def check_source(source: str, *, allow_streams: bool = False) -> list[StaticViol
     return _checked(source, allow_streams).violations
 
 
+@dataclass(frozen=True)
+class TicketWaits:
+    """The spin loops `check_source` let through because their kernel takes a ticket: a candidate with any must
+    pass the ordering check (`Evaluator._ordering_check`) before it is judged."""
+
+    lines: list[int]
+    """each loop's line"""
+    kernels: list[str]
+    """the functions holding them"""
+    twins: list[str]
+    """those of `kernels` the source defines more than once (a launch is known by its kernel's name, so the
+    ordering check cannot tell such twins apart)"""
+
+
+def ticket_wait_report(source: str) -> TicketWaits:
+    """The source's ticket waits, from one pass of the checker. Raises SyntaxError if it does not parse."""
+    checker = _checked(source, False)
+    names = list(dict.fromkeys(checker.waiting))
+    return TicketWaits(checker.ticket_waits, names, [n for n in names if checker.defined.count(n) > 1])
+
+
 def ticket_waits(source: str) -> list[int]:
-    """The lines of the spin loops `check_source` let through because their kernel takes a ticket: a candidate
-    with any must pass the ordering check (`Evaluator._ordering_check`) before it is judged. Raises SyntaxError
-    if the source does not parse."""
-    return _checked(source, False).ticket_waits
+    """The lines of the source's ticket waits (`ticket_wait_report`)."""
+    return ticket_wait_report(source).lines
 
 
 def waiting_kernels(source: str) -> tuple[list[str], list[str]]:
-    """The names of the functions holding the spin loops of `ticket_waits`, and those of them the source defines
-    more than once (a launch is known by its kernel's name, so the ordering check cannot tell such twins apart)."""
-    checker = _checked(source, False)
-    names = list(dict.fromkeys(checker.waiting))
-    return names, [n for n in names if checker.defined.count(n) > 1]
+    """The functions holding the source's ticket waits, and those defined twice (`ticket_wait_report`)."""
+    report = ticket_wait_report(source)
+    return report.kernels, report.twins
 
 
 def _checked(source: str, allow_streams: bool) -> _Checker:

@@ -181,12 +181,11 @@ def _fragile(source: str, path: str, small: dict[str, int]) -> set[str]:
             and accepts(source, path, {**small, name: _odd_of(small[name])}) is not None}
 
 
-def _odd_weights(source: str, path: str, odd: dict[str, int]) -> dict[str, int]:
+def _odd_weights(source: str, path: str, odd: dict[str, int], fixed: dict[str, int]) -> dict[str, int]:
     """The odd variant's weight sizes (`fixed_constants`: read only by get_init_inputs), each made odd where the
     reference accepts it, tried alone at the odd sizes: a kernel's ragged last block of output columns or of a
     hidden dimension runs there. A weight size the reference refuses to see odd (a group count a channel count
     must be a multiple of) keeps its value."""
-    fixed = fixed_constants(problem_from_source(source, path).module)
     return {name: _odd_of(v) for name, v in fixed.items()
             if _odd_of(v) != v and accepts(source, path, {**odd, name: _odd_of(v)}) is None}
 
@@ -205,14 +204,15 @@ def shapes_for(source: str, path: str, names: tuple[str, ...] = ("small", "odd")
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown shape variant {unknown[0]!r} (the variants are {', '.join(VARIANTS)})")
-    sizes = size_constants(problem_from_source(source, path).module)
+    module = problem_from_source(source, path).module
+    sizes = size_constants(module)
     own = Shape("problem", {}, count_elements(source, path, {}))
     if not sizes:
         return [own], {}, sizes
     small = _small(source, path, sizes, own.elements)
     fragile = _fragile(source, path, small) if ("odd" in names or "tail" in names) else set()
     odd = _odd(small, fragile)
-    weights = _odd_weights(source, path, odd) if "odd" in names else {}
+    weights = _odd_weights(source, path, odd, fixed_constants(module)) if "odd" in names else {}
     built: dict[str, dict[str, int] | str] = {"small": small, "odd": {**odd, **weights}}
     if "tail" in names:
         built["tail"] = _tail(source, path, sizes, fragile)

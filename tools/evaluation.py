@@ -81,8 +81,6 @@ class Evaluations:
         """per device: its facts are read once, whichever thread asks first (the others wait for them)"""
         self._prepared: dict[str, threading.Event] = {}
         """per device: set when `prepare` is done with it (ready, or failed)"""
-        self.preparations: dict[str, dict[str, object]] = {}
-        """per device: what `prepare` did and how long it took (also kept in the run: `prepare/<device>.json`)"""
         self._lock = threading.Lock()
         self._closed = False
 
@@ -208,7 +206,6 @@ class Evaluations:
         try:
             # from the thread's start: the evaluator's construction (its pool, the reference model) included
             record["seconds"] = round(time.monotonic() - t0, 3)
-            self.preparations[device] = record
             log.info("prepared %s in %.1f s: %s", device, record["seconds"], record.get("outcome"))
             self.run.put_blob("prepare", f"{device.replace(':', '_')}.json", json.dumps(record, indent=1, default=str))
         except OSError as e:  # the record is informative
