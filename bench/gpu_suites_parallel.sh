@@ -4,6 +4,8 @@
 # suite on cuda on GPU 1, and the honest suite then the adversarial `-runtime` cases on GPU 1. This is what
 # `make test-gpu` runs, split so that it fits; about 6 minutes on two H100s (BENCHMARKS.md, issue 13, fourth
 # part). On a one-GPU host the three lanes share GPU 0 and the two-GPU lock tests skip themselves.
+# KW_GPUS="2 3" picks the GPUs (the first for tests/gpu, the second, or the first again, for the other lanes) on a
+# host whose other GPUs are busy with other work.
 # Run after the install line of .ci/gpu-host (PYTHONPATH with kernelwright and its wheels). Logs: $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/kw-out}
@@ -11,11 +13,17 @@ mkdir -p "$OUT"
 P="python3 -m pytest -q -p no:cacheprovider -rfEs"
 t0=$(date +%s)
 since() { echo "$(( $(date +%s) - t0 ))s"; }
-NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
-G2=$(( NGPU > 1 ? 1 : 0 ))
-echo "GPUs: $NGPU (second lane on GPU $G2)"
-$P -m gpu tests/gpu/test_gpu_locks.py > "$OUT/locks.txt" 2>&1; echo "locks rc=$? $(since)"
-(CUDA_VISIBLE_DEVICES=0 timeout 520 $P -m gpu tests/gpu --ignore=tests/gpu/test_suites_on_gpu.py \
+if [ -n "${KW_GPUS:-}" ]; then
+  read -r -a GPUS <<< "$KW_GPUS"
+else
+  NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+  GPUS=(0); [ "$NGPU" -gt 1 ] && GPUS=(0 1)
+fi
+G1=${GPUS[0]}; G2=${GPUS[1]:-$G1}
+echo "GPUs: ${GPUS[*]} (first lane on GPU $G1, second on GPU $G2)"
+CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${GPUS[*]}") $P -m gpu tests/gpu/test_gpu_locks.py > "$OUT/locks.txt" 2>&1
+echo "locks rc=$? $(since)"
+(CUDA_VISIBLE_DEVICES=$G1 timeout 520 $P -m gpu tests/gpu --ignore=tests/gpu/test_suites_on_gpu.py \
    --ignore=tests/gpu/test_gpu_locks.py > "$OUT/gpu.txt" 2>&1; echo "gpu rc=$? $(since)") &
 (CUDA_VISIBLE_DEVICES=$G2 KW_TEST_DEVICE=cuda timeout 520 $P tests/evaluators/test_adversarial.py -k "not runtime" \
    > "$OUT/adv.txt" 2>&1; echo "adversarial rc=$? $(since)") &

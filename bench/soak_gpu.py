@@ -21,7 +21,8 @@ What is checked and reported (exit 1 with one sentence per failed check):
   says why the lowest level for the device);
 - candidates per GPU-minute: the run's verdicts (evals/*.json, one per kernel judged) over its wall minutes times
   the GPUs it used.
-A table last; all samples and figures in the JSON.
+A table last; all samples and figures in the JSON (written with the samples so far every minute while it runs,
+marked `partial`, so a soak cut short keeps them for `--from-json`).
 """
 
 from __future__ import annotations
@@ -219,6 +220,8 @@ def main() -> int:
             s["gpu_used_total"] = sum(s["gpu_used"])
             samples.append(s)
             if len(samples) % max(1, int(60 / args.sample_s)) == 1:
+                if args.json:  # the samples so far, so that a soak cut short (a host taken back) keeps them
+                    Path(args.json).write_text(json.dumps({"command": cmd, "partial": True, "samples": samples}))
                 print(f"  {s['t']:7.0f} s  steps {s['steps']:4d}  GPU {s['gpu_used_total'] / 2**30:6.2f} GiB  "
                       f"workers {s['workers']:2d} ({s['worker_rss'] / 2**30:5.2f} GiB)  driver "
                       f"{s['driver_rss'] / 2**30:5.2f} GiB", flush=True)
@@ -274,8 +277,12 @@ def again(path: str, growth_pct: float) -> int:
     """`--from-json FILE`: the memory checks again over a soak's saved samples (the run's own checks stand as
     saved: its directory may be gone)."""
     saved = json.loads(Path(path).read_text())
-    figures = {k: v for k, v in saved["figures"].items() if not k.startswith(("gpu_used_total_", "worker_rss_"))}
+    figures = {k: v for k, v in saved.get("figures", {}).items()
+               if not k.startswith(("gpu_used_total_", "worker_rss_"))}
     problems = [p for p in saved.get("problems", []) if "memory" not in p]
+    if saved.get("partial"):
+        last = saved["samples"][-1] if saved["samples"] else {}
+        figures.update(partial=f"samples up to {last.get('t', 0):.0f} s, {last.get('steps', 0)} steps: the soak was cut short")
     grown, grew = memory_checks(saved["samples"], growth_pct)
     return report({**figures, **grown}, problems + grew)
 

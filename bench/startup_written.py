@@ -3,6 +3,7 @@ is a scripted one that answers after a fixed delay (a real model takes tens of s
 is the delay plus whatever of the evaluator's set-up the model's time did not hide.
 
     python bench/startup_written.py [--delay 20] [--problem P --kernel K] [--device cpu] [--repeat 1] [--no-prepare]
+        [--compile-mode default]
 
 In process, like the tests (tests/agents/scripted.py): the run is created, the optimize graph is driven until its
 seed node is done, and the time from the run's creation to the first kernel's verdict (the seed node's end) is
@@ -47,10 +48,12 @@ class SlowWriter(Scripted):
         return super()._generate(messages, stop, run_manager, **kwargs)
 
 
-def one_run(problem: Path, kernel: str, device: str, delay_s: float, work: Path) -> dict[str, Any]:
+def one_run(problem: Path, kernel: str, device: str, delay_s: float, work: Path,
+            compile_mode: str = "default") -> dict[str, Any]:
     run = RunStore(work).create(str(problem), problem.read_text(), {})
     t0 = time.monotonic()
-    cfg = RunConfig(model="scripted:w", device=device, profile="off", branches=1, iterations=1, roofline_target=None)
+    cfg = RunConfig(model="scripted:w", device=device, profile="off", branches=1, iterations=1, roofline_target=None,
+                    compile_mode=compile_mode)
     run.update(config={"context": cfg.as_dict()})
     model = SlowWriter(script=[call("write_kernel", {"source": kernel}, 0), call("finish", {}, 1)], delay_s=delay_s)
     ctx = RunContext.open(cfg, run, models={"scripted:w": model})
@@ -82,6 +85,7 @@ def main() -> int:
                     help="the kernel the scripted model writes")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--compile-mode", default="default", help="the torch.compile baseline's mode (default, max-autotune)")
     ap.add_argument("--no-prepare", action="store_true",
                     help="as before issue 24's item 5: nothing set up while the model writes (the baseline figure)")
     ap.add_argument("--json", default=None, help="write the figures there too")
@@ -93,7 +97,8 @@ def main() -> int:
     rows = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="kw-startup-written-") as work:
-            row = one_run(Path(args.problem), Path(args.kernel).read_text(), args.device, args.delay, Path(work))
+            row = one_run(Path(args.problem), Path(args.kernel).read_text(), args.device, args.delay, Path(work),
+                          args.compile_mode)
         rows.append(row)
         phases = row["phases"] or {}
         print(f"first kernel's verdict {row['first_verdict_s']} s after the run's start (the model answered at "

@@ -35,3 +35,17 @@ def test_memory_left_behind_is_growth() -> None:
     occupancy = [1, 5, 7, 4] * 4 + [1]
     _, problems = _soak().memory_checks(_samples(occupancy, leak_per_sample=0.8), 10.0)
     assert [p.split(":")[0] for p in problems] == ["device memory grew"], problems
+
+
+def test_a_soak_cut_short_is_checked_from_its_partial_samples(tmp_path, capsys) -> None:
+    # what the script writes every minute while it runs: the samples so far, no figures
+    leaky = tmp_path / "leaky.json"
+    leaky.write_text(__import__("json").dumps(
+        {"command": ["x"], "partial": True, "samples": _samples([1, 5, 7, 4] * 4 + [1], leak_per_sample=0.8)}))
+    assert _soak().again(str(leaky), 10.0) == 1
+    said = capsys.readouterr().out
+    assert "cut short" in said and "device memory grew" in said
+    steady = tmp_path / "steady.json"
+    steady.write_text(__import__("json").dumps(
+        {"command": ["x"], "partial": True, "samples": _samples([1, 5, 7, 4] * 4 + [1])}))
+    assert _soak().again(str(steady), 10.0) == 0
