@@ -12,13 +12,13 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import StructuredTool
 
-from kernelwright.tools.review import Decision, ReviewDesk, ReviewError
+from kernelwright.tools.review_desk import Decision, ReviewDesk, ReviewError
 from kernelwright.tools.runstore import Run
 
 from .archive import Archive
 from .context import RunConfig
 from .records import StepRecord
-from .review import for_coder, proposal_of
+from .proposal_review import for_coder, proposal_of
 
 SYSTEM = """You are the assistant of a kernel engineer who steers a kernelwright run: an evolutionary loop
 (analyst -> strategist -> the person's review -> coder -> verifier -> archive) that makes a GPU kernel

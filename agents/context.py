@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernelwright.tools.runstore import Run, RunError, RunInfo
 
-from .review import REVIEW_MODES
+from .proposal_review import REVIEW_MODES
 
 if TYPE_CHECKING:  # kept out of the import: the CLI reads the settings below without loading torch or a provider
     from langchain_core.language_models import BaseChatModel
@@ -463,7 +463,7 @@ class RunContext:
     @property
     def stop_requested(self) -> bool:
         """Asked here (`request_stop`) or by another process through the run's review desk."""
-        from kernelwright.tools.review import ReviewDesk
+        from kernelwright.tools.review_desk import ReviewDesk
 
         return self._stop.is_set() or ReviewDesk(self.run).stop_requested()
 

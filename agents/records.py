@@ -15,7 +15,7 @@ from kernelwright.evaluators import Timing
 from kernelwright.tools.runstore import ModelUsage
 
 from .archive import Outcome, Step
-from .review import ReviewRecord
+from .proposal_review import ReviewRecord
 from .schemas import Diagnosis, Proposal
 from .tuning import TuneRecord
 

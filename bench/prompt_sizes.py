@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         gpu_evidence()
     from rich.console import Console
 
-    from kernelwright.optimize import run_optimize
+    from kernelwright.optimize_command import run_optimize
 
     recorder = Recorder(script=script(SEED.read_text()))
     with tempfile.TemporaryDirectory() as tmp:

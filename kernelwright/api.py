@@ -34,7 +34,7 @@ from kernelwright.agents.roles import STOPPED_ON_REQUEST
 from kernelwright.evaluators import (DeviceError, EvalPolicy, EvalResult, Evaluator, ProblemError, load_problem,
                                      resolve_device)
 from kernelwright.evaluators.sandbox import allowed_by_environment, refusal_here
-from kernelwright.tools.review import Decision, PendingReview, ReviewDesk, ReviewError, Steering, SteerEntry, who
+from kernelwright.tools.review_desk import Decision, PendingReview, ReviewDesk, ReviewError, Steering, SteerEntry, who
 from kernelwright.tools.runstore import Progress, Run, RunError, RunInfo, RunStore
 
 if TYPE_CHECKING:
@@ -298,7 +298,7 @@ class RunHandle:
         (None when a stop was requested while waiting: the reviews stay pending, checkpointed)."""
         from langgraph.types import Command
 
-        from kernelwright.agents import review as reviews
+        from kernelwright.agents import proposal_review as reviews
 
         pending = [reviews.pending_of(i.value, i.id) for i in interrupts
                    if isinstance(i.value, dict) and i.value.get("kind") == reviews.KIND]
@@ -501,7 +501,7 @@ def review(run_id: str, decision: str, *, proposal: dict[str, Any] | str | None 
     your own, or the child `kernel`'s source). `proposal` may be a dict of the strategist's fields or just
     the change in words. The driver, in whatever process, goes on with it. UsageError, in one sentence,
     when it cannot be taken."""
-    from kernelwright.agents import review as reviews
+    from kernelwright.agents import proposal_review as reviews
 
     desk = _desk(run_id, runs_dir)
     waiting = desk.waiting()

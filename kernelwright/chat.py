@@ -30,7 +30,7 @@ from rich.markup import escape
 
 from kernelwright import api
 from kernelwright.api import UsageError
-from kernelwright.tools.review import PendingReview, who
+from kernelwright.tools.review_desk import PendingReview, who
 
 HELP = """commands:
   /approve [STEP]        go on with the proposal (the oldest waiting one unless STEP names another)

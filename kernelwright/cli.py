@@ -302,20 +302,20 @@ RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="folder of run direct
 
 def _duration(flag_name: str) -> Callable[[str], float]:
     def read(text: str) -> float:
-        from kernelwright.optimize import parse_duration
+        from kernelwright.optimize_command import parse_duration
 
         return parse_duration(text, flag_name)
     return read
 
 
 def _role_models(items: list[str] | dict[str, str]) -> dict[str, str]:
-    from kernelwright.optimize import parse_role_models
+    from kernelwright.optimize_command import parse_role_models
 
     return dict(items) if isinstance(items, dict) else parse_role_models(items)
 
 
 def _prices(items: list[str] | dict[str, list[float]]) -> dict[str, list[float]]:
-    from kernelwright.optimize import parse_prices
+    from kernelwright.optimize_command import parse_prices
 
     return dict(items) if isinstance(items, dict) else parse_prices(items)
 
@@ -516,7 +516,7 @@ def optimize_cmd(
 ) -> None:
     """Improve a kernel step by step: analyst, strategist, coder, verifier, archive. Status at the end: finished,
     stopped (Ctrl-C or a stop request: resumable) or failed (exit 1; resumable when the model provider was down)."""
-    from kernelwright import optimize as opt
+    from kernelwright import optimize_command as opt
 
     # with --resume the run's own place decides (a Ray cluster's or here): the API checks it when it reopens it
     _confinement(allow_unconfined, here=not given["cluster"] and not resume)
@@ -649,9 +649,9 @@ def runs_cmd(run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of 
         return
     _runs_folder(run_dir)
 
-    from kernelwright.optimize import runs_lines
+    from kernelwright.optimize_command import runs_lines
 
-    from kernelwright.tools.review import ReviewDesk
+    from kernelwright.tools.review_desk import ReviewDesk
 
     store = RunStore(run_dir)
     infos = store.list()
@@ -714,7 +714,7 @@ def trace_cmd(
             info = view.info()
             if info.status in ("finished", "stopped", "failed", "interrupted"):
                 if not as_json:
-                    from kernelwright.optimize import resume_command
+                    from kernelwright.optimize_command import resume_command
 
                     err.print(f"run {run_id}: {info.status}" + (f" ({info.stop_reason})" if info.stop_reason else "")
                               + (f"; resume: {resume_command(run_id, run_dir)}" if info.resumable else ""),
@@ -740,7 +740,7 @@ def _print_step(r, as_json: bool) -> None:  # type: ignore[no-untyped-def]
         sys.stdout.write(r.model_dump_json() + "\n")
         sys.stdout.flush()
         return
-    from kernelwright.optimize import verdict_words
+    from kernelwright.optimize_command import verdict_words
 
     out.print(f"[bold]step {r.step}[/] ({r.step_id}) parent {r.parent} -> " + (f"child {r.child}" if r.child else "no child"))
     if r.diagnosis:
@@ -838,7 +838,7 @@ def bench_cmd(
     _confinement(allow_unconfined, here=not cluster)
 
     from kernelwright import api
-    from kernelwright.bench import Summary, figures_markdown, run_bench
+    from kernelwright.bench_command import Summary, figures_markdown, run_bench
 
     try:
         wanted = [int(x) for x in levels.split(",") if x.strip()] if levels else None

@@ -26,7 +26,7 @@ from kernelwright import api
 from kernelwright.agents.context import (CHOICES, PRECISIONS, RANGES, RunConfig, default, help_for, settings_problem,
                                         spoken, user_settings)
 from kernelwright.api import UsageError
-from kernelwright.tools.review import who
+from kernelwright.tools.review_desk import who
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def _problem_inputs(source: str, path: str) -> list[str] | None:
 
 def _seconds(duration: str | float, name: str = "time_budget") -> float:
     """A duration as `kernelwright optimize --time-budget` takes it (90s, 30m, 8h; a number: seconds), in seconds."""
-    from kernelwright.optimize import parse_duration
+    from kernelwright.optimize_command import parse_duration
 
     return float(duration) if isinstance(duration, (int, float)) else parse_duration(duration, name)
 

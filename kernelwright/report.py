@@ -30,7 +30,7 @@ from kernelwright.agents.tuning import TuneRecord
 from kernelwright.api import read_steps
 from kernelwright.evaluators import EvalResult
 from kernelwright.evaluators.result import run_secrets, scrub
-from kernelwright.tools.review import ReviewDesk
+from kernelwright.tools.review_desk import ReviewDesk
 from kernelwright.tools.runstore import Run, RunInfo, atomic_write, lineage
 
 ROLES = ("analyst", "strategist", "reviewer", "coder", "verifier", "archive")

@@ -1,13 +1,13 @@
 """The review between the strategist and the coder, as the roles see it: what a paused step shows its reviewer and
 how the reviewer's answer changes the step. The request's schema, the answers' parsing and steering are
-`agents.review`'s; the pause itself is the graph's (`graphs/nodes.py`).
+`agents.proposal_review`'s; the pause itself is the graph's (`graphs/nodes.py`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import review as reviews
+from .. import proposal_review as reviews
 from ..context import RunContext
 from .common import State
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from kernelwright.tools.review import ReviewDesk
+from kernelwright.tools.review_desk import ReviewDesk
 
 from .. import briefing
 from ..archive import describe, inspirations, lineage_history, prediction_record, select_parents, tried_on

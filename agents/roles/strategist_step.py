@@ -8,10 +8,10 @@ from __future__ import annotations
 import random
 
 from kernelwright.evaluators.profiling import render
-from kernelwright.tools.review import Steering
+from kernelwright.tools.review_desk import Steering
 
 from .. import briefing, llm, playbook
-from .. import review as reviews
+from .. import proposal_review as reviews
 from ..builtin import propose
 from ..context import RunContext
 from ..moves import catalog, no_moves_reason

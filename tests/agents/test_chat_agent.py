@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage
 from kernelwright.agents import chat_agent
 from kernelwright.agents.builtin import propose
 from kernelwright.agents.schemas import Diagnosis
-from kernelwright.tools.review import PendingReview, ReviewDesk
+from kernelwright.tools.review_desk import PendingReview, ReviewDesk
 from kernelwright.tools.runstore import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]

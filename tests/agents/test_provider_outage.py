@@ -183,7 +183,7 @@ def test_a_run_survives_an_outage_inside_the_window(tmp_path: Path, monkeypatch:
 
     from rich.console import Console
 
-    from kernelwright.optimize import run_optimize
+    from kernelwright.optimize_command import run_optimize
 
     fake_evaluations(monkeypatch)
     provider = Provider(one_step(), fail_next=4, retry_after="0").start()

@@ -13,7 +13,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from kernelwright.optimize import run_optimize
+from kernelwright.optimize_command import run_optimize
 from kernelwright.tools.runstore import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]

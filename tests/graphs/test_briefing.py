@@ -17,7 +17,7 @@ from kernelwright.agents import briefing
 from kernelwright.evaluators import DeviceFacts, Timing
 from kernelwright.evaluators.facts import GPU_ADMISSION
 from kernelwright.evaluators.profiling import KernelTime, NcuKernel, NcuReport, Profile
-from kernelwright.optimize import run_optimize
+from kernelwright.optimize_command import run_optimize
 from kernelwright.tools.evaluation import Evaluations
 from kernelwright.tools.runstore import RunStore
 

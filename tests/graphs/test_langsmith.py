@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kernelwright.optimize import run_optimize
+from kernelwright.optimize_command import run_optimize
 from kernelwright.tools.runstore import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kernelwright.optimize import UsageError, run_optimize
+from kernelwright.optimize_command import UsageError, run_optimize
 from kernelwright.tools.runstore import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]

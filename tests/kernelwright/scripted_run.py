@@ -59,7 +59,7 @@ def script() -> list:
 
 def scripted_run(tmp_path: Path) -> tuple[Path, str]:
     """Make the run; returns (the runs folder, the run's id)."""
-    from kernelwright.optimize import run_optimize
+    from kernelwright.optimize_command import run_optimize
 
     runs = tmp_path / "runs"
     old = os.environ.get("OPENAI_API_KEY")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelwright.bench import BenchRow, figures_markdown, summarize
+from kernelwright.bench_command import BenchRow, figures_markdown, summarize
 from kernelwright.cli import app
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -134,7 +134,7 @@ def test_a_device_list_keeps_every_device_busy_and_never_two_problems_on_one(
     import threading
     import time
 
-    from kernelwright import bench
+    from kernelwright import bench_command as bench
 
     spans: list[tuple[str, float, float]] = []
     lock = threading.Lock()
@@ -172,7 +172,7 @@ def test_optimize_with_a_model_and_no_seed_kernels_starts_from_scratch(tmp_path:
     from scripted import DIAGNOSIS, PROPOSAL, Scripted, call
 
     from kernelwright.api import RunConfig
-    from kernelwright.bench import run_bench
+    from kernelwright.bench_command import run_bench
 
     graphs = ROOT / "tests" / "graphs"
     seed = (graphs / "add_seed.py").read_text()

@@ -26,7 +26,7 @@ from rich.console import Console
 from kernelwright import api
 from kernelwright.agents.context import DEFAULT_ITERATIONS, RunConfig
 from kernelwright.cli import settings_config
-from kernelwright.optimize import end_lines, run_optimize, runs_lines
+from kernelwright.optimize_command import end_lines, run_optimize, runs_lines
 from kernelwright.tools.runstore import RunInfo, RunStore
 
 def _flags(**given: Any) -> RunConfig:
@@ -153,7 +153,7 @@ def test_a_stop_request_leaves_status_stopped_with_the_resume_command(tmp_path: 
         assert len(list(h.steps())) == 1
     info = h.info()
     assert info.status == "stopped" and info.resumable and info.stop_reason.startswith("stopped on request")
-    from kernelwright.optimize import Summary
+    from kernelwright.optimize_command import Summary
 
     s = Summary(info.id, info.status, info.stop_reason, "k.py", None, resumable=info.resumable)
     lines = end_lines(s, tmp_path)
@@ -167,7 +167,7 @@ def test_a_stop_request_leaves_status_stopped_with_the_resume_command(tmp_path: 
 
 
 def test_a_rejected_seed_is_never_the_best_and_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernelwright.optimize import _view
+    from kernelwright.optimize_command import _view
 
     fake_evaluations(monkeypatch, reject={SEED.read_text()})
     summary = optimize(tmp_path, iterations=2)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.tools.review import ReviewDesk
+from kernelwright.tools.review_desk import ReviewDesk
 from kernelwright.tools.runstore import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from kernelwright import api
 from kernelwright.chat import Chat
-from kernelwright.tools.review import PendingReview, ReviewDesk
+from kernelwright.tools.review_desk import PendingReview, ReviewDesk
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "tests" / "graphs" / "add_problem.py"

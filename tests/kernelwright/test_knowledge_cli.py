@@ -98,7 +98,7 @@ def test_clear_asks_for_yes(store: KnowledgeStore) -> None:
 
 
 def test_optimize_takes_the_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernelwright import optimize as opt
+    from kernelwright import optimize_command as opt
 
     monkeypatch.setattr(cli, "_confinement", lambda *a, **k: True)
     seen: dict[str, Any] = {}

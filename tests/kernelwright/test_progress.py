@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from kernelwright import api
 from kernelwright.agents.context import RunConfig
-from kernelwright.optimize import _view, run_optimize
+from kernelwright.optimize_command import _view, run_optimize
 from kernelwright.tools.runstore import ModelWait, Progress, RunStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from kernelwright.cli import app
-from kernelwright.tools.review import ReviewDesk
+from kernelwright.tools.review_desk import ReviewDesk
 from kernelwright.tools.runstore import RunStore
 
 PROBLEM = Path(__file__).resolve().parents[1] / "graphs" / "add_problem.py"

@@ -51,7 +51,7 @@ def test_the_live_view_shows_budget_used(tmp_path: Path) -> None:
 
     from rich.console import Console
 
-    from kernelwright.optimize import _view
+    from kernelwright.optimize_command import _view
     from kernelwright.progress import duration as _duration
 
     run = RunStore(tmp_path).create("p.py", "source", {})

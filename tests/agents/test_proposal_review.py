@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernelwright.agents import review as reviews
-from kernelwright.tools.review import Decision, ReviewError, Steering
+from kernelwright.agents import proposal_review as reviews
+from kernelwright.tools.review_desk import Decision, ReviewError, Steering
 
 PROPOSAL = {"category": "tiling", "what": "BLOCK 256 -> 512", "why": "more bytes in flight", "predicted_speedup": 1.1,
             "risk": "low", "key": "BLOCK=512"}

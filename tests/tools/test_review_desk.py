@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.tools.review import (Decision, PendingReview, ReviewDesk, ReviewError, SteerEntry, fold)
+from kernelwright.tools.review_desk import (Decision, PendingReview, ReviewDesk, ReviewError, SteerEntry, fold)
 from kernelwright.tools.runstore import RunStore
 
 

@@ -1,7 +1,7 @@
 """Proposal reviews and steering, as the roles see them: what a paused step shows its reviewer (LangGraph's
 human-in-the-loop schema: action requests with allowed decisions), how a decision changes the step, and
 which moves steering leaves the strategist. Pure functions over plain data; the pause itself (LangGraph's
-`interrupt`) is in graphs/nodes.py and the files people write are in tools/review.py.
+`interrupt`) is in graphs/nodes.py and the files people write are in tools/review_desk.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from kernelwright.tools.review import ACTION, DECISIONS, Decision, PendingReview, ReviewError, Steering, now
+from kernelwright.tools.review_desk import ACTION, DECISIONS, Decision, PendingReview, ReviewError, Steering, now
 
 from .schemas import Proposal
 
