@@ -105,6 +105,9 @@ class EvalPolicy:
     the policy is made (it travels with the policy to device hosts and Ray actors)"""
 
 
+PREPARED_WORKERS = 2
+"""workers `Evaluator.prepare` has ready: one for the first kernel's quick check, one for its verification"""
+
 ORDERING_MAX_ELEMENTS = 1 << 20
 """input elements up to which a problem with no small shape variant is run by the ordering check at its own size"""
 
@@ -417,7 +420,7 @@ class Evaluator:
         `baseline()` (the footprint and memory plan; one battery of reference trials: the float64 gold model, each
         family's tolerance calibrated, the forward's time; on CUDA with timing on, the eager and torch.compile
         baselines, compiled once for this evaluator and cached on disk, and the roofline's peaks), then the first
-        spare worker ready. Each is kept where `evaluate` reads it (`_footprints`, the reference session,
+        `PREPARED_WORKERS` workers ready. Each is kept where `evaluate` reads it (`_footprints`, the reference session,
         `_baselines`, `_roof`, the pool's ready spare), so none is done again. Safe beside evaluations in flight
         on this evaluator (the same locks, taken in the same order, as theirs). Never raises: returns
         `{"outcome": "ready" | why not, "seconds": ..., "phases": {...}, ...}`."""
@@ -430,10 +433,13 @@ class Evaluator:
         phases.update({f"baseline_{k}": float(v) for k, v in (base.get("phases") or {}).items()})
         if base.get("verdict") != "ok":
             outcome = f"{base.get('reason')}: {base.get('detail')}"[:400]
-        spare = self.pool.next_spare()  # the spare an evaluation takes first
+        # two workers ready: the first kernel's writer runs a quick check before the kernel's verification, and each
+        # takes a fresh worker (one per candidate); with one ready, the verification waited for the next one's
+        # start-up (5.7 s of a GPU worker's 9 s, an H200; `bench/startup_written.py`)
+        ahead = self.pool.start_ahead(PREPARED_WORKERS)
         t0 = time.monotonic()
         try:
-            if spare is not None:
+            for spare in ahead:
                 spare.wait_ready()  # an evaluation that takes it meanwhile waits on the same start-up, once
         except Exception as e:  # noqa: BLE001 - a worker that cannot start is the evaluation's to report
             if outcome == "ready":

@@ -769,11 +769,17 @@ class WorkerPool:
             following.go()
         return worker
 
-    def next_spare(self) -> Worker | None:
-        """The spare the next `acquire` hands out (None: there is none yet), for a caller that wants it started
-        before anyone needs it (`Evaluator.prepare` waits for it to be ready); it stays in the pool."""
+    def start_ahead(self, n: int) -> list[Worker]:
+        """The next `n` workers `acquire` hands out, started now (beyond `spares` where `n` is larger), for a caller
+        that knows evaluations are coming and has time before them (`Evaluator.prepare` waits for them to be
+        ready); they stay in the pool. Each holds a CUDA context on a GPU: keep `n` small."""
         with self._lock:
-            return self._ready[0] if self._ready else None
+            while not self._closed and len(self._ready) < n:
+                self._ready.append(self._new())
+            ahead = list(self._ready)[:n]
+        for w in ahead:
+            w.go()
+        return ahead
 
     def started_spares(self) -> int:
         """Spare workers let go (their CUDA context made, or being made) and not yet handed out: device memory

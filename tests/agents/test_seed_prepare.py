@@ -160,6 +160,21 @@ def test_a_later_evaluation_reuses_what_prepare_built(monkeypatch: pytest.Monkey
         assert result.phases["worker_wait_s"] < 1.0, result.phases
 
 
+def test_prepare_has_a_worker_ready_for_the_quick_check_and_one_for_the_verification() -> None:
+    """The writer's `finish` runs a quick check before the first kernel's verification, and each takes a fresh
+    worker: both must find one ready (with one ready, the verification waited 5.7 s for the next one's start-up
+    on an H200)."""
+    problem = problem_from_source(PROBLEM.read_text(), str(PROBLEM))
+    with Evaluator(problem, "cpu", EvalPolicy(trials=1)) as ev:
+        assert ev.prepare()["outcome"] == "ready"
+        assert len(ev.pool._ready) >= 2 and all(w._ready for w in list(ev.pool._ready)[:2])
+        quick = ev.evaluate(SEED, quick=True)
+        full = ev.evaluate(SEED)
+        assert quick.verdict == "pass" and full.verdict == "pass", (quick.detail, full.detail)
+        assert quick.phases["worker_wait_s"] < 1.0 and full.phases["worker_wait_s"] < 1.0, (quick.phases,
+                                                                                           full.phases)
+
+
 def test_prepare_never_raises_for_a_problem_it_cannot_set_up() -> None:
     """A reference whose forward fails: `prepare` says so in its outcome (the evaluation will give the verdict)."""
     source = PROBLEM.read_text().replace("return x + y", "raise ValueError('no forward here')")

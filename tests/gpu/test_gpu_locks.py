@@ -23,8 +23,12 @@ def test_every_gpu_is_locked_by_its_uuid_whatever_index_a_process_knows_it_by() 
     n = torch.cuda.device_count()
     keys = [gpu_key(torch.device("cuda", i)) for i in range(n)]
     assert len(set(keys)) == n and all(k == f"cuda-{torch.cuda.get_device_properties(i).uuid}" for i, k in enumerate(keys))
+    # this process's own view may already be a subset (CUDA_VISIBLE_DEVICES=3 on a shared host): cuda:i is the
+    # i-th GPU of that list, not physical GPU i
+    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()] or \
+        [str(i) for i in range(n)]
     for i in range(n):  # the same GPU seen alone, as cuda:0, by another process
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i)}
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible[i]}
         out = subprocess.run([sys.executable, "-c", "import torch; from kernelwright.evaluators.locks import lock_paths;"
                               "print(lock_paths(torch.device('cuda', 0))[0])"],
                              env=env, capture_output=True, text=True, timeout=120)
