@@ -94,7 +94,10 @@ def render_history(history: list[dict[str, Any]], limit: int = HISTORY_CHARS) ->
             bits.append(h["why"])
         elif h.get("verdict") != "pass":
             bits.append(f"{h.get('verdict')} ({h.get('reason')})")
-        if h.get("measured_speedup") is not None:
+        if h.get("as_written_speedup") is not None and h.get("measured_speedup") is not None:
+            bits.append(f"as written {h['as_written_speedup']:.3f}×, {h['measured_speedup']:.3f}× after the builtin "
+                        f"tuned it ({h.get('tuned')})")
+        elif h.get("measured_speedup") is not None:
             bits.append(f"measured {h['measured_speedup']:.3f}×")
         if h.get("predicted_speedup") is not None:
             bits.append(f"predicted {h['predicted_speedup']:.2f}×")

@@ -301,3 +301,24 @@ def test_every_stop_rule_is_decided_in_one_place() -> None:
     assert decide(arch, RunConfig(iterations=9), **{**go, "results": exhausted})[0] == \
         "search exhausted: no parent has a knob left"
     assert decide(arch, RunConfig(iterations=9), **{**go, "stop_requested": True}) == (STOPPED_ON_REQUEST, STOPPED)
+
+
+def test_the_history_separates_what_the_coder_wrote_from_what_the_tuner_made_of_it() -> None:
+    """A structural child the builtin's sweep then tuned was shown with the tuned speed-up alone, and a model credited
+    the structure with a block size's gain (as written 1.003×, tuned 1.098×). Both are said now, with the knob."""
+    from kernelwright.agents.briefing import render_history
+    from kernelwright.agents.roles.selection import _with_tuning, tuned_children
+
+    trace = [{"step_id": "g2b0", "tuning": {"from": "d72048c36abedfdb", "from_ms": 6.644, "chose": "BLOCK=8192",
+                                            "child": "29c59ec476cdd24c", "chosen_ms": 6.0706}},
+             {"step_id": "g3b0", "tuning": {"from": "b9eaa8b89c437361", "from_ms": 7.33, "chose": None,
+                                            "child": None}}]
+    tunings = tuned_children(trace)
+    assert list(tunings) == ["29c59ec476cd"]
+    item = {"proposal": "resident-prefix-32768", "decision": "elite", "verdict": "pass", "child": "29c59ec476cd",
+            "measured_speedup": 1.098, "predicted_speedup": 1.25}
+    line = render_history([_with_tuning(item, tunings)])
+    assert "as written 1.003×, 1.098× after the builtin tuned it (BLOCK=8192)" in line, line
+    assert "measured 1.098×" not in line
+    untuned = {**item, "child": "b9eaa8b89c43"}
+    assert _with_tuning(untuned, tunings) == untuned and "measured 1.098×" in render_history([untuned])
