@@ -150,9 +150,14 @@ def _error_kind(e: BaseException) -> str:
 
 
 def _describe(e: BaseException, candidate_file: str, limit: int = 4000) -> str:
-    """The exception and the candidate's own frames (the harness's frames say nothing useful)."""
+    """The exception and the candidate's own frames (the harness's frames say nothing useful). An error inside a
+    kernel run by Triton's interpreter is raised again at the launch, its kernel frames left on the cause: those are
+    added, so the message names the kernel's line, not only the launch's (a model had only the launch line)."""
     frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == candidate_file]
-    lines = [f'  candidate line {f.lineno}, in {f.name}: {f.line or ""}' for f in frames[-6:]]
+    cause = e.__cause__
+    inner = [f for f in traceback.extract_tb(cause.__traceback__) if f.filename == candidate_file] \
+        if cause is not None and cause.__traceback__ is not None else []
+    lines = [f'  candidate line {f.lineno}, in {f.name}: {f.line or ""}' for f in (frames + inner)[-6:]]
     text = "\n".join(lines + [f"{type(e).__name__}: {e}"])
     return text[-limit:]
 
