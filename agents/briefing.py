@@ -111,16 +111,15 @@ def render_history(history: list[dict[str, Any]], limit: int = HISTORY_CHARS) ->
 
 # -- the role prompts: every prompt a model role is sent is assembled here ---------------------------------------
 
-_SHAPES_AND_FINISH = (
-    " shapes (any of \"small\", \"odd\", \"tail\") also checks it at variants of the problem's size constants, each "
-    "reported apart (the quick_check tool's description says how each is made). finish() runs the check at the "
-    "problem's shapes itself, so edit, quick_check and finish may come in one reply.")
+# what the check does on this run's device; how the shape variants are made and that finish() runs the check
+# itself are said once, in the tools' own descriptions (tools/coding.py), which every coder request carries
+_SHAPES = " `shapes` adds the variants its description names."
 QUICK_CHECK_CPU = ("run the verifier on the current kernel (Triton's interpreter on the CPU: every correctness "
-                   "trial and guard; nothing is timed) at the problem's own shapes." + _SHAPES_AND_FINISH)
+                   "trial and guard; nothing is timed) at the problem's own shapes." + _SHAPES)
 QUICK_CHECK_GPU = ("compile the current kernel and run it on the GPU on one input set of each family (base, sign-flipped, "
                    "rescaled, heavy-tailed) plus the problem's test "
                    "inputs, with every guard, against the reference, and time it roughly at the problem's size (one "
-                   "measurement, labelled rough, never used to admit anything; seconds in all)." + _SHAPES_AND_FINISH)
+                   "measurement, labelled rough, never used to admit anything; seconds in all)." + _SHAPES)
 
 
 def coverage_note(problem: str) -> str:

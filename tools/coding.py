@@ -85,8 +85,7 @@ def coder_tools(ws: Workspace, check: QuickCheck) -> list[BaseTool]:
         "tail"]); only these names, no sizes of your own (each variant's sizes are fixed per problem and accepted
         by its reference). The reply names each shape
         with its sizes and says pass, or fail with the reason. The variants only inform you: finish() needs
-        the problem's own shapes to pass. finish() runs this check itself, so quick_check and finish may be
-        called in one reply."""
+        the problem's own shapes to pass."""
         names = tuple(dict.fromkeys([shapes] if isinstance(shapes, str) else shapes or ()))
         unknown = [n for n in names if n not in SHAPES]
         if unknown:
@@ -97,7 +96,8 @@ def coder_tools(ws: Workspace, check: QuickCheck) -> list[BaseTool]:
     @tool
     def finish() -> str:
         """Declare the change done. Runs the quick check itself (at the problem's own shapes); the kernel must
-        pass it, so no separate quick_check is needed right before finish."""
+        pass it, so no separate quick_check is needed right before finish, and edits, a check and finish may come
+        in one reply."""
         ok, msg = check_workspace(ws, check)
         if not ok:
             return f"error: the quick check fails ({msg}); repair the kernel, then call finish again"
