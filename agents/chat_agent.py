@@ -50,7 +50,7 @@ class RunTools:
         return [StepRecord.model_validate(r) for r in self.run.trace()]
 
     def config(self) -> RunConfig:
-        return RunConfig.from_dict(self.run.info().config.context)
+        return RunConfig.from_dict(self.run.info().config.settings)
 
     def facts(self) -> str:
         """The run in a few lines: what it works on, where, who plays which role, budget, steering, reviews."""

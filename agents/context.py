@@ -572,5 +572,5 @@ def create_run(problem: str | Path, seed_src: str | None, config: RunConfig, run
         raise RunSetupError(str(e)) from None
     run = RunStore(runs_dir).create(str(problem), prob.source, {})
     h = run.put_kernel(seed_src) if seed_src is not None else None
-    run.update(config={"seed_kernel": h, "seed_path": seed_path, "context": config.as_dict()})
+    run.update(config={"seed_kernel": h, "seed_path": seed_path, "settings": config.as_dict()})
     return run

@@ -54,7 +54,7 @@ def one_run(problem: Path, kernel: str, device: str, delay_s: float, work: Path,
     t0 = time.monotonic()
     cfg = RunConfig(model="scripted:w", device=device, profile="off", branches=1, iterations=1, roofline_target=None,
                     compile_mode=compile_mode)
-    run.update(config={"context": cfg.as_dict()})
+    run.update(config={"settings": cfg.as_dict()})
     model = SlowWriter(script=[call("write_kernel", {"source": kernel}, 0), call("finish", {}, 1)], delay_s=delay_s)
     ctx = RunContext.open(cfg, run, models={"scripted:w": model})
     verdict_at = None

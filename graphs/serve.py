@@ -206,7 +206,7 @@ def _start(state: ServeState) -> dict[str, Any]:
     if state.get("run_id"):
         try:
             run = RunStore(runs_dir).open(state["run_id"])  # type: ignore[arg-type]
-            cluster = run.info().config.context.get("cluster")
+            cluster = run.info().config.settings.get("cluster")
         except (RunError, ValueError) as e:  # ValueError: a run.json this version cannot read
             return {"error": str(e).splitlines()[0], "status": "failed"}
         why = None if cluster else refusal_here()
@@ -230,7 +230,7 @@ def _start(state: ServeState) -> dict[str, Any]:
 
 def _context(state: ServeState) -> RunContext:
     run = RunStore(state.get("runs_dir") or "runs").open(state["run_id"])  # type: ignore[arg-type]
-    return RunContext.open(RunConfig.from_dict(run.info().config.context), run)
+    return RunContext.open(RunConfig.from_dict(run.info().config.settings), run)
 
 
 async def optimize(state: ServeState) -> dict[str, Any]:

@@ -388,7 +388,7 @@ def resume_run(run_id: str, *, runs_dir: str | Path = "runs", models: dict[str, 
     try:
         run = RunStore(runs_dir).open(run_id)
         saved = run.info().config
-        config = RunConfig.from_dict(saved.context)
+        config = RunConfig.from_dict(saved.settings)
     except (RunError, ValueError) as e:  # ValueError: a run.json this version cannot read
         raise UsageError(str(e).splitlines()[0]) from None
     check_config(config, models)
@@ -413,7 +413,7 @@ def resume_run(run_id: str, *, runs_dir: str | Path = "runs", models: dict[str, 
     if not config.cluster:
         check_confinement()
     if moved:
-        run.update(config={**saved.model_dump(), "context": config.as_dict()})
+        run.update(config={**saved.model_dump(), "settings": config.as_dict()})
     return RunHandle(run, config, models, fresh=False)
 
 
@@ -514,7 +514,7 @@ def review(run_id: str, decision: str, *, proposal: dict[str, Any] | str | None 
         if proposal is not None:  # checked now, so the reviewer hears of a bad field, not the run
             proposal = reviews.proposal_of(proposal, target.proposal if target and decision == "edit" else None)
             if target is not None and decision in ("edit", "respond"):
-                coder = RunConfig.from_dict(desk.run.info().config.context).model_for("coder")
+                coder = RunConfig.from_dict(desk.run.info().config.settings).model_for("coder")
                 proposal = reviews.for_coder(proposal, desk.run.kernel(target.parent), coder)
         if kernel is not None and not kernel.strip():
             raise ReviewError("the kernel is empty")

@@ -277,7 +277,7 @@ class Chat:
 
     def cmd_status(self, rest: str) -> None:
         info = self.view.info()
-        cfg = api.RunConfig.from_dict(info.config.context)
+        cfg = api.RunConfig.from_dict(info.config.settings)
         waiting = api.pending_reviews(self.run_id, self.runs_dir)
         st = api.steering(self.run_id, self.runs_dir)
         rejected = sum(1 for s in self.view.steps() if s.decision.reason == "reviewer_rejected")
@@ -486,7 +486,7 @@ def run_chat(*, attach: str | None, runs_dir: Path, console: Console, start: Cal
         handle = start()
         run_id = handle.id
     info = api.open_run(run_id, runs_dir).info()
-    cfg = api.RunConfig.from_dict(info.config.context)
+    cfg = api.RunConfig.from_dict(info.config.settings)
     console.print(f"[bold]kernelwright chat[/] — run {run_id} on {escape(info.problem)} ({cfg.device}, "
                   f"{cfg.model}); /help lists the commands")
     ask = asker_for(cfg) if asker_for else None

@@ -136,7 +136,7 @@ def write_handoff(run_id: str, out: str | Path, *, kernel: str | None = None, fo
         raise UsageError(f"kernel {h} of run {run.id} failed verification ({result.verdict}: {result.reason}); "
                          "--force writes the hand-off anyway, marked as failing")
     problem_src = run.problem_source()
-    ctx = info.config.context or {}
+    ctx = info.config.settings or {}
     precision = result.precision if result is not None else ctx.get("precision")
     try:
         problem = problem_from_source(problem_src, info.problem, precision)

@@ -255,7 +255,7 @@ class Server:
 
     def _budget_words(self, run_id: str, info: Any) -> str:
         """steps and the iteration budget count different things: say how, beside `steps`."""
-        cfg = api.RunConfig.from_dict(info.config.context)
+        cfg = api.RunConfig.from_dict(info.config.settings)
         steps = api.open_run(run_id, self.runs_dir).steps()
         rejected = sum(1 for r in steps if r.review is not None and r.review.decision == "reject")
         limit = cfg.step_budget()
@@ -290,7 +290,7 @@ class Server:
 
     def _strategist(self, run_id: str) -> str:
         info = api.open_run(run_id, self.runs_dir).info()
-        return api.RunConfig.from_dict(info.config.context).model_for("strategist")
+        return api.RunConfig.from_dict(info.config.settings).model_for("strategist")
 
     def review(self, run_id: str, decision: str, proposal: dict[str, Any] | str | None = None,
                kernel: str | None = None, message: str | None = None, step_id: str | None = None) -> dict[str, Any]:

@@ -246,7 +246,7 @@ def _view(info: api.RunInfo, last: str | None, progress: api.Progress | None = N
     t = Table(box=None, show_header=False)
     t.add_row("run", info.id)
     t.add_row("status", info.status)
-    cfg = api.RunConfig.from_dict(info.config.context)
+    cfg = api.RunConfig.from_dict(info.config.settings)
     budget = cfg.step_budget()
     t.add_row("steps", f"{info.steps} / {budget}" if budget is not None else f"{info.steps} (no step limit)")
     t.add_row("best", _best_words(info, cfg))

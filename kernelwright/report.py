@@ -79,7 +79,7 @@ class RunData:
 
     @property
     def config(self) -> dict[str, Any]:
-        return self.info.config.context
+        return self.info.config.settings
 
     @property
     def seed(self) -> str | None:
@@ -710,7 +710,7 @@ def write_report(run: Run, out: Path | None = None) -> Path:
     this version cannot read; OSError: the file could not be written."""
     out = out or run.path / "report.html"
     data = load(run)
-    token = _SECRETS.set(run_secrets(data.info.config.context))
+    token = _SECRETS.set(run_secrets(data.info.config.settings))
     try:
         page = render(data, out.resolve().parent)
     finally:

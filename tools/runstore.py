@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 class RunError(Exception):
@@ -114,8 +114,9 @@ class RunSetup(BaseModel):
     seed_written_by: str | None = None
     """the model that wrote the seed, when none was given"""
     seed_attempts: list[SeedAttempt] = Field(default_factory=list)
-    context: dict[str, Any] = Field(default_factory=dict)
-    """the run's configuration (`agents.context.RunConfig`), read again on resume"""
+    settings: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("settings", "context"))
+    """the run's settings (`agents.context.RunConfig.as_dict()`), read again on resume; run.json files written
+    before 2026-11-27 call it `context` (read as this), a name taken by the live `RunContext`"""
 
 
 class RunInfo(BaseModel):

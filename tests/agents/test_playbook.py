@@ -233,7 +233,7 @@ def one_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, problem: Path, gpu:
     run = RunStore(tmp_path / "runs").create(str(problem), problem.read_text(), {})
     cfg = RunConfig(model="scripted:k", device="cuda:0", profile="off", trials=1, branches=1, iterations=1,
                     roofline_target=None, **config)
-    run.update(config={"seed_kernel": run.put_kernel(SEED), "context": cfg.as_dict()})
+    run.update(config={"seed_kernel": run.put_kernel(SEED), "settings": cfg.as_dict()})
     model = Scripted(script=[call("Diagnosis", DIAGNOSIS, 0), call("Proposal", WIN, 1),
                              call("write_kernel", {"source": SEED.replace('"""o = x + y"""', MARK)}, 2),
                              call("finish", {}, 3)])

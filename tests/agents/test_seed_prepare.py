@@ -61,7 +61,7 @@ def _run_seed(tmp_path: Path, wait: bool = True) -> tuple[Run, RunContext, Waiti
     """Drive a CPU run without a seed kernel through its seed node (the first kernel written and verified)."""
     run = RunStore(tmp_path).create(str(PROBLEM), PROBLEM.read_text(), {})
     cfg = RunConfig(model="scripted:w", device="cpu", profile="off", branches=1, iterations=1, roofline_target=None)
-    run.update(config={"context": cfg.as_dict()})
+    run.update(config={"settings": cfg.as_dict()})
     model = WaitingWriter(script=[call("write_kernel", {"source": SEED}, 0), call("finish", {}, 1)], wait=wait, run=run)
     ctx = RunContext.open(cfg, run, models={"scripted:w": model})
     model.evaluations = ctx.evaluations

@@ -50,7 +50,7 @@ def test_a_rejected_first_kernel_is_repaired_with_the_verdict(tmp_path: Path, mo
     run = RunStore(tmp_path).create(str(PROBLEM), PROBLEM.read_text(), {})
     cfg = RunConfig(model="scripted:w", device="cuda:0", profile="off", trials=1, branches=1, iterations=1,
                     roofline_target=None)
-    run.update(config={"context": cfg.as_dict()})
+    run.update(config={"settings": cfg.as_dict()})
     model = Scripted(script=[
         call("write_kernel", {"source": FRAGILE}, 0), call("finish", {}, 1),  # attempt 1: rejected in full
         call("search_replace", {"old": "BLOCK = 128\n", "new": "BLOCK = 256\n"}, 2), call("finish", {}, 3),  # repair

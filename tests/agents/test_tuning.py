@@ -181,7 +181,7 @@ def gpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Any],
     cfg = RunConfig(model="scripted:t", device="cuda:0", profile="off", trials=1, branches=1, iterations=1,
                     roofline_target=None, **config)
     assert not cfg.on_cpu
-    run.update(config={"seed_kernel": run.put_kernel(SEED), "context": cfg.as_dict()})
+    run.update(config={"seed_kernel": run.put_kernel(SEED), "settings": cfg.as_dict()})
     model = Scripted(script=answers)
     ctx = RunContext.open(cfg, run, models={"scripted:t": model})
     try:
@@ -263,7 +263,7 @@ def test_on_the_cpu_a_structural_child_is_not_tuned(tmp_path: Path, monkeypatch:
     calls = fake_evaluations(monkeypatch)  # verified, untimed: as on the CPU
     run = RunStore(tmp_path).create(str(PROBLEM), PROBLEM.read_text(), {})
     cfg = RunConfig(model="scripted:t", device="cpu", trials=1, branches=1, iterations=1)
-    run.update(config={"seed_kernel": run.put_kernel(SEED), "context": cfg.as_dict()})
+    run.update(config={"seed_kernel": run.put_kernel(SEED), "settings": cfg.as_dict()})
     ctx = RunContext.open(cfg, run, models={"scripted:t": Scripted(script=structural_step())})
     try:
         list(builder().compile(checkpointer=InMemorySaver()).stream(initial_state(), {"configurable": {"thread_id": "c"}},
@@ -313,7 +313,7 @@ def test_a_faster_child_failing_a_second_judgement_is_rejected_and_never_trusted
     run = RunStore(tmp_path).create(str(PROBLEM), PROBLEM.read_text(), {})
     cfg = RunConfig(model="scripted:t", device="cuda:0", profile="off", trials=1, branches=1, iterations=1,
                     roofline_target=None, tune_budget=0)
-    run.update(config={"seed_kernel": run.put_kernel(SEED), "context": cfg.as_dict()})
+    run.update(config={"seed_kernel": run.put_kernel(SEED), "settings": cfg.as_dict()})
     faster = FUSED.replace("BLOCK = 256\n", "BLOCK = 1024\n")  # 0.6 ms against the seed's 1.0
     answers = [call("Diagnosis", DIAGNOSIS, 0), call("Proposal", STRUCTURAL, 1),
                call("write_kernel", {"source": faster}, 2), call("finish", {}, 3)]

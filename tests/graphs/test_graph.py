@@ -27,7 +27,7 @@ def test_one_generation_in_process(tmp_path: Path) -> None:
     run = RunStore(tmp_path).create(str(PROBLEM), PROBLEM.read_text(), {})
     seed_hash = run.put_kernel(SEED.read_text())
     config = RunConfig(model="scripted:g", device="cpu", trials=1, branches=1, iterations=1)
-    run.update(config={"seed_kernel": seed_hash, "context": config.as_dict()})
+    run.update(config={"seed_kernel": seed_hash, "settings": config.as_dict()})
     model = Scripted(script=[
         call("Diagnosis", DIAGNOSIS, 0),
         call("Proposal", PROPOSAL, 1),
@@ -65,8 +65,8 @@ def test_the_run_context_is_not_in_the_state(tmp_path: Path) -> None:
     """A second context for the same run (a resume) is built from the saved config alone."""
     run = RunStore(tmp_path).create(str(PROBLEM), PROBLEM.read_text(), {})
     config = RunConfig(device="cpu", prices={"x:y": [1.0, 2.0]}, role_models={"coder": "x:y"})
-    run.update(config={"context": config.as_dict()})
-    again = RunConfig.from_dict({**run.info().config.context, "a_key_from_the_future": 1})
+    run.update(config={"settings": config.as_dict()})
+    again = RunConfig.from_dict({**run.info().config.settings, "a_key_from_the_future": 1})
     assert again == config and again.model_for("coder") == "x:y" and again.model_for("analyst") == "builtin"
     a, b = RunContext.open(config, run), RunContext.open(again, run)
     a.request_stop()

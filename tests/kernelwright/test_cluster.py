@@ -209,7 +209,7 @@ def test_optimize_over_two_actors_loses_no_step_when_one_is_killed(cluster: str,
     assert len(judged) >= 4 and all(s["verdict"] == "pass" and not s["evaluator_failure"] for s in judged), \
         json.dumps([s for s in steps if s["verdict"] != "pass"])[:3000]
     info = json.loads((run_dir / "run.json").read_text())
-    assert info["status"] == "finished" and info["config"]["context"]["cluster"] == cluster
+    assert info["status"] == "finished" and info["config"]["settings"]["cluster"] == cluster
     pids = {e["versions"]["ray_actor_pid"] for e in _evals(run_dir)}
     slots = {e["versions"]["ray_slot"].rsplit("/", 1)[1] for e in _evals(run_dir)}
     assert slots == {"ray:0", "ray:1"}  # both actors judged
@@ -236,7 +236,7 @@ def test_a_stopped_run_resumes_elsewhere_when_its_cluster_is_gone(cluster: str, 
     assert 1 <= len(steps_before) < 3
     info = json.loads((run_dir / "run.json").read_text())
     dead = f"127.0.0.1:{_free_port()}"
-    info["config"]["context"]["cluster"] = dead  # the cluster it ran on is gone
+    info["config"]["settings"]["cluster"] = dead  # the cluster it ran on is gone
     (run_dir / "run.json").write_text(json.dumps(info))
     saved = (run_dir / "run.json").read_text()
 
@@ -252,17 +252,17 @@ def test_a_stopped_run_resumes_elsewhere_when_its_cluster_is_gone(cluster: str, 
 
     r = resume("--cluster", cluster, "--device", "cpu", "--actors", "1")  # another cluster (here: the live one)
     assert r.exit_code == 0, r.output
-    context = json.loads((run_dir / "run.json").read_text())["config"]["context"]
+    context = json.loads((run_dir / "run.json").read_text())["config"]["settings"]
     assert context["cluster"] == cluster and context["device"] == "cpu" and context["actors"] == 1
     steps = [json.loads(x) for x in (run_dir / "trace.jsonl").read_text().splitlines()]
     assert len(steps) == 3 and len({s["step_id"] for s in steps}) == 3  # it went on, nothing lost or repeated
 
     info = json.loads((run_dir / "run.json").read_text())
-    info["config"]["context"]["cluster"] = dead
+    info["config"]["settings"]["cluster"] = dead
     (run_dir / "run.json").write_text(json.dumps(info))
     r = resume("--device", "cpu")  # and here, with no cluster at all
     assert r.exit_code == 0, r.output
-    context = json.loads((run_dir / "run.json").read_text())["config"]["context"]
+    context = json.loads((run_dir / "run.json").read_text())["config"]["settings"]
     assert context["cluster"] == "" and context["device"] == "cpu" and context["actors"] == 0
 
 
@@ -305,7 +305,7 @@ def test_bench_optimize_gives_each_problems_run_an_actor(cluster: str, tmp_path:
     rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert [row["verdict"] for row in rows] == ["pass", "pass"]
     for row in rows:
-        cfg = json.loads((out / "runs" / row["run"] / "run.json").read_text())["config"]["context"]
+        cfg = json.loads((out / "runs" / row["run"] / "run.json").read_text())["config"]["settings"]
         assert (cfg["cluster"], cfg["device"], cfg["actors"]) == (cluster, "cpu", 1)
         assert all("ray_actor_pid" in e["versions"] for e in _evals(out / "runs" / row["run"]))
 

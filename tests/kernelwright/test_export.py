@@ -245,7 +245,7 @@ def test_no_secret_leaves_in_any_format(made: tuple[Path, str], tmp_path: Path,
     runs, run = copy_run(made, tmp_path)
     config_key, url_password, url_token = "plain-config-value-4242", "pw-in-the-url-77", "query-token-5150"
     info = json.loads((run.path / "run.json").read_text())
-    info["config"]["context"].update(api_key=config_key,
+    info["config"]["settings"].update(api_key=config_key,
                                      base_url=f"https://me:{url_password}@llm.example/v1?token={url_token}")
     (run.path / "run.json").write_text(json.dumps(info))
     env_token = "plain-env-value-31337"  # a secret of the environment that does not look like a key

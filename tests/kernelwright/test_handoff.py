@@ -164,7 +164,7 @@ def _sized_run(root: Path, kernel: str, evaluated: bool = True) -> tuple[Path, s
     problem = root / "scale_relu.py"
     root.mkdir(parents=True, exist_ok=True)
     problem.write_text(SIZED_PROBLEM)
-    r = store.create(str(problem), SIZED_PROBLEM, {"context": {"device": "cpu"}})
+    r = store.create(str(problem), SIZED_PROBLEM, {"settings": {"device": "cpu"}})
     h = r.put_kernel(kernel)
     if evaluated:
         r.put_eval(h, {"verdict": "pass", "reason": "ok", "precision": "fp32", "device": "cpu", "tolerance": 1e-4,

@@ -210,7 +210,7 @@ def test_optimize_and_bench_judge_in_hosts(tmp_path: Path) -> None:
     (run_dir,) = list(runs.iterdir())
     evals = [json.loads(p.read_text()) for p in (run_dir / "evals").glob("*.json")]
     assert evals and all(e["verdict"] == "pass" and int(e["versions"]["host_pid"]) != os.getpid() for e in evals)
-    assert json.loads((run_dir / "run.json").read_text())["config"]["context"]["hosts"] == "on"
+    assert json.loads((run_dir / "run.json").read_text())["config"]["settings"]["hosts"] == "on"
 
     suite, kernels = tmp_path / "suite", tmp_path / "kernels"
     for name, problem, kernel in (("level1/1_ReLU.py", HONEST / "relu_problem.py", HONEST / "relu_candidate.py"),

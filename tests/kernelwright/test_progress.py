@@ -159,7 +159,7 @@ def test_a_timed_step_line_gives_the_median_and_the_best_against_eager_and_torch
     run = RunStore(tmp_path).create("p.py", "source", {})
     best = run.put_kernel("child")
     run.put_eval(best, {"verdict": "pass", "reason": "ok", "timing": timing})
-    run.update(best_kernel=best, best_speedup=2.44, config={"seed_kernel": best, "context": {}})
+    run.update(best_kernel=best, best_speedup=2.44, config={"seed_kernel": best, "settings": {}})
     step = StepRecord.model_validate({
         "step": 0, "step_id": "g2b1", "generation": 2, "branch": 1, "parent": "p" * 16, "policy": "builtin",
         "time": "2026-11-26T10:00:00", "proposal": {**PROPOSAL, "key": "BLOCK=512"}, "child": best,
@@ -179,7 +179,7 @@ def render(progress: Progress, now: float, status: str = "running") -> str:
     from kernelwright.tools.runstore import RunInfo
 
     info = RunInfo(id="20261126-000000-abcdef", problem="p.py", status=status,
-                   config={"context": RunConfig(device="cuda:0,cuda:1", branches=2).as_dict()})
+                   config={"settings": RunConfig(device="cuda:0,cuda:1", branches=2).as_dict()})
     out = io.StringIO()
     Console(file=out, width=160).print(_view(info, None, progress, now, active_s=75.0))
     return out.getvalue()

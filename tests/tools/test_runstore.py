@@ -57,7 +57,7 @@ def test_the_live_view_shows_budget_used(tmp_path: Path) -> None:
     run = RunStore(tmp_path).create("p.py", "source", {})
     created = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 125))
     run.update(created=created, steps=3, tokens=1234, cost_usd=0.5, best_speedup=1.25, best_kernel="d9e22c9455f8",
-               config={"context": {"iterations": 10, "time_budget_s": 3600, "token_budget": 5000,
+               config={"settings": {"iterations": 10, "time_budget_s": 3600, "token_budget": 5000,
                                    "cost_budget_usd": 2.0, "device": "cuda:0"}})
     out = io.StringIO()
     Console(file=out, width=120).print(_view(run.info(), "g2b1: BLOCK_N 1024 -> 2048 -> pass ok"))
@@ -66,3 +66,20 @@ def test_the_live_view_shows_budget_used(tmp_path: Path) -> None:
                   "g2b1: BLOCK_N 1024 -> 2048 -> pass ok"):
         assert words in text, text
     assert [_duration(x) for x in (5, 65, 3600 * 8)] == ["5s", "1m05s", "8h00m"]
+
+
+def test_a_run_json_written_before_settings_had_their_name_is_read(tmp_path) -> None:
+    """run.json's `config.settings` was called `context` (beside the live RunContext) until 2026-11-27: a run
+    written then still resumes with its settings, and is written back under the new name."""
+    import json
+
+    from kernelwright.tools.runstore import RunStore
+
+    run = RunStore(tmp_path).create("p.py", "source", {})
+    data = json.loads((run.path / "run.json").read_text())
+    data["config"] = {"seed_kernel": None, "context": {"branches": 3, "device": "cpu"}}
+    (run.path / "run.json").write_text(json.dumps(data))
+    assert run.info().config.settings == {"branches": 3, "device": "cpu"}
+    run.update(steps=1)
+    written = json.loads((run.path / "run.json").read_text())["config"]
+    assert written["settings"] == {"branches": 3, "device": "cpu"} and "context" not in written
