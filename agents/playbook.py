@@ -51,6 +51,11 @@ class PlaybookEntry(BaseModel):
     max_programs_per_sm: float | None = Field(default=None, description=(
         "when given, the entry applies only while the parent's largest launch has at most this many programs per "
         "SM (splitting starved rows helps a grid of 16 programs, not one of 918k); unknown grids do not exclude"))
+    not_persistent: bool = Field(default=False, description=(
+        "when true, the entry does not apply to a persistent parent (its source strides its programs over the work "
+        "with `tl.num_programs`, or takes work by ticket): its grid is sized to the GPU, not the work, so few "
+        "programs per SM are not starved rows (a relay model on an L2 norm of 32768 rows, one program per SM, "
+        "was offered the split of starved rows, 2026-11-26)"))
     category: str
     symptom: str
     move: str
@@ -149,27 +154,34 @@ def _learned_score(k: Knowledge, kinds: set[str], diagnosis: Diagnosis | None, r
     return score
 
 
-def applies(e: PlaybookEntry, source: str | None = None, programs: int | None = None, sms: int | None = None) -> bool:
+PERSISTENT_WORDS = ("tl.num_programs(", "atomic_add(")
+"""words of a kernel's source that say its programs take their work in turn (a grid-stride loop, or a ticket)"""
+
+
+def applies(e: PlaybookEntry, source: str | None = None, programs: int | None = None, sms: int | None = None,
+            parent_source: str | None = None) -> bool:
     """Whether an entry's conditions hold for this problem and parent: the reference source names one of its
-    `source_words`, and the parent's largest launch is within `max_programs_per_sm` (each checked only when known).
-    On level1/35_GroupNorm_ a model was offered a softmax's one-pass statistics and the split of starved rows for a
-    grid of 918k programs (issue 23's repeat)."""
+    `source_words`, the parent's largest launch is within `max_programs_per_sm`, and a `not_persistent` entry's
+    parent is not persistent (each checked only when known). On level1/35_GroupNorm_ a model was offered a
+    softmax's one-pass statistics and the split of starved rows for a grid of 918k programs (issue 23's repeat)."""
     if e.source_words and source is not None and not any(w in source.lower() for w in e.source_words):
         return False
     if e.max_programs_per_sm is not None and programs and sms and programs > e.max_programs_per_sm * sms:
+        return False
+    if e.not_persistent and parent_source is not None and any(w in parent_source for w in PERSISTENT_WORDS):
         return False
     return True
 
 
 def choose_shipped(kinds: Iterable[str], diagnosis: Diagnosis | None, limit: int = SHIPPED_LIMIT, *,
                    source: str | None = None, programs: int | None = None,
-                   sms: int | None = None) -> list[PlaybookEntry]:
+                   sms: int | None = None, parent_source: str | None = None) -> list[PlaybookEntry]:
     """The shipped entries for a problem of `kinds` with this diagnosis: of its kinds only, whose conditions hold
     (`applies`: the reference `source`, the parent's largest grid in `programs`, the GPU's `sms`), best fit first
     (ties in the file's order), at most `limit`."""
     ks = set(kinds)
     scored = [(s, i, e) for i, e in enumerate(shipped())
-              if applies(e, source, programs, sms) and (s := _shipped_score(e, ks, diagnosis)) is not None]
+              if applies(e, source, programs, sms, parent_source) and (s := _shipped_score(e, ks, diagnosis)) is not None]
     return [e for _, _, e in sorted(scored, key=lambda t: (-t[0], t[1]))[:limit]]
 
 
@@ -239,12 +251,13 @@ def render_shipped(i: int, e: PlaybookEntry, run_gpu: str | None = None) -> str:
 def playbook_for(kinds: Iterable[str], diagnosis: Diagnosis | None, gpu_name: str | None,
                  knowledge_entries: Sequence[Knowledge] = (), limit: int = SHIPPED_LIMIT,
                  learned_limit: int = LEARNED_LIMIT, exclude_run: str | None = None, *, source: str | None = None,
-                 programs: int | None = None, sms: int | None = None) -> str:
+                 programs: int | None = None, sms: int | None = None, parent_source: str | None = None) -> str:
     """The strategist's block of what is known to work here: at most `limit` shipped entries and `learned_limit`
     entries of earlier runs, chosen by the problem's `kinds` and the `diagnosis`, each labelled with the GPU it
     was measured on (and this run's, `gpu_name`, where it differs). Bounded by `briefing.PLAYBOOK_CHARS`."""
     ks = list(dict.fromkeys(kinds))
-    chosen = choose_shipped(ks, diagnosis, limit, source=source, programs=programs, sms=sms)
+    chosen = choose_shipped(ks, diagnosis, limit, source=source, programs=programs, sms=sms,
+                            parent_source=parent_source)
     learned = choose_learned(ks, diagnosis, knowledge_entries, gpu_name, learned_limit, exclude_run)
     bottleneck = diagnosis.bottleneck if diagnosis is not None else "unknown"
     lines = [f"Chosen for a problem of kind {', '.join(ks) or 'unknown'}, diagnosed {bottleneck}. Effects vary with "
@@ -286,7 +299,15 @@ def for_strategist(ctx: RunContext, state: dict[str, Any]) -> str:
     programs, sms = _grid_and_sms(ctx, state)
     return playbook_for(_kinds(ctx), Diagnosis.model_validate(d) if d else None,
                         _run_gpu(ctx, state.get("branch") or 0), entries, exclude_run=ctx.run.id,
-                        source=ctx.run.problem_source(), programs=programs, sms=sms)
+                        source=ctx.run.problem_source(), programs=programs, sms=sms,
+                        parent_source=_parent_source(ctx, state))
+
+
+def _parent_source(ctx: RunContext, state: dict[str, Any]) -> str | None:
+    try:
+        return ctx.run.kernel(state["parent"])
+    except Exception:  # noqa: BLE001 - informative: the entries are chosen without it then
+        return None
 
 
 def _grid_and_sms(ctx: RunContext, state: dict[str, Any]) -> tuple[int | None, int | None]:

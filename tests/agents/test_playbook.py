@@ -308,3 +308,12 @@ def test_an_entry_whose_conditions_do_not_hold_is_not_shown() -> None:
     assert {"online-stats", "split-rows"} <= {e.id for e in choose_shipped(["row_reduction"], memory, 9)}
     text = playbook_for(["row_reduction"], memory, H100, source=group_norm, programs=918_000, sms=132)
     assert "[split-rows]" not in text and "[online-stats]" not in text
+    # a persistent parent (one program per SM striding over 32768 rows: an L2 norm on an H200) is not starved
+    persistent = ("@triton.jit\ndef k(x, M):\n    pid = tl.program_id(0)\n    nprog = tl.num_programs(0)\n"
+                  "    for row in range(pid, M, nprog):\n        pass\n")
+    grid_stride = [e.id for e in choose_shipped(["row_reduction"], LAYER_NORM, 9, source=group_norm, programs=132,
+                                                sms=132, parent_source=persistent)]
+    assert "split-rows" not in grid_stride and grid_stride, grid_stride
+    one_row_each = persistent.replace("nprog = tl.num_programs(0)", "nprog = 1")
+    assert choose_shipped(["row_reduction"], LAYER_NORM, 9, source=group_norm, programs=132, sms=132,
+                          parent_source=one_row_each)[0].id == "split-rows"
