@@ -97,9 +97,8 @@ def _prior(move: AnyMove, bottleneck: Bottleneck) -> float:
         "latency": {"tiling-": 2, "warps-": 1, "pipelining-": 1},
         "occupancy": {"tiling-": 2, "pipelining-": 2, "warps+": 1},
         "spills": {"tiling-": 3, "warps+": 2, "pipelining-": 1},
-        "unknown": {},
-    }
-    return table[bottleneck].get(move_kind(move), 0.0)
+    }  # waiting (programs spinning on one another) and unknown: no knob kind is favoured
+    return table.get(bottleneck, {}).get(move_kind(move), 0.0)
 
 
 def _learned(move: AnyMove, lineage_gains: dict[str, list[float]]) -> float:

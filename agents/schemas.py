@@ -9,7 +9,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-Bottleneck = Literal["memory", "compute", "latency", "occupancy", "spills", "unknown"]
+Bottleneck = Literal["memory", "compute", "latency", "occupancy", "spills", "waiting", "unknown"]
+"""waiting: programs spend their time spinning on flags other programs set (ticket waits: the contract allows a
+program to wait on smaller tickets; a relay model had no word for a GroupNorm whose programs spun on their group's
+statistics, 2026-11-26, and called it latency)"""
 Category = Literal["tiling", "warps", "pipelining", "grouping", "reduction", "fusion", "online", "persistent",
                    "memory_access", "decomposition", "algorithm", "precision", "other"]
 """Knob kinds (tiling: block sizes; warps; pipelining: stages; grouping: program-id swizzles) and structural

@@ -131,3 +131,15 @@ def test_sibling_branches_on_one_parent_take_different_moves() -> None:
                                   "diagnosis": occupancy, "sibling_rank": i}, ctx)["proposal"]["key"]
                 for i in range(3)]
         assert len(set(keys)) == 3, keys
+
+
+def test_a_models_waiting_diagnosis_is_one_the_builtin_strategist_can_follow() -> None:
+    """A model analyst may say programs spend their time waiting on one another (a ticket wait); a builtin
+    strategist behind it (role models mixed) favours no knob kind for it, rather than failing on an unknown word."""
+    from kernelwright.agents.schemas import Diagnosis
+
+    waiting = Diagnosis(bottleneck="waiting", evidence=["programs spin on their group's flag"], summary="spinning")
+    p = propose("BLOCK_N = 1024\nNUM_WARPS = 4\n", waiting, {}, set(), random.Random(0))
+    assert p is not None and p.why.startswith("waiting bottleneck")
+    with pytest.raises(ValueError):
+        Diagnosis(bottleneck="spinning", evidence=[], summary="not a word of the schema")
