@@ -359,7 +359,8 @@ def lineage(archive: Archive, kernel: str) -> list[str]:
 def lineage_history(archive: Archive, kernel: str, limit: int = 20) -> list[dict[str, Any]]:
     """The steps taken from kernels on this one's lineage, oldest first (what the strategist is shown)."""
     on_line = set(lineage(archive, kernel))
-    return [{"parent": s.parent_id[:12], "proposal": s.proposal_key, "verdict": s.verdict, "reason": s.reason,
+    return [{"step_id": s.step_id, "parent": s.parent_id[:12], "proposal": s.proposal_key, "verdict": s.verdict,
+             "reason": s.reason,
              "delta": s.delta, "predicted_speedup": s.predicted_speedup, "measured_speedup": s.measured_speedup,
              "decision": s.decision, "child": (s.child_id or "")[:12] or None,
              **({"why": s.why} if s.reason == "reviewer_rejected" else {})}

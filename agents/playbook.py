@@ -9,6 +9,7 @@ choice is tested without a run; `for_strategist` and `remember` are the two plac
 
 from __future__ import annotations
 
+import ast
 import logging
 import math
 import re
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from kernelwright import prompts
+from kernelwright.evaluators import pyast
 from kernelwright.evaluators.kinds import problem_kinds
 from kernelwright.tools.knowledge import (EVIDENCE_CHARS, EVIDENCE_LINES, WHAT_CHARS, Knowledge, KnowledgeStore, now,
                                           problem_name)
@@ -154,8 +156,34 @@ def _learned_score(k: Knowledge, kinds: set[str], diagnosis: Diagnosis | None, r
     return score
 
 
-PERSISTENT_WORDS = ("tl.num_programs(", "atomic_add(")
-"""words of a kernel's source that say its programs take their work in turn (a grid-stride loop, or a ticket)"""
+def _callee(node: ast.AST) -> str:
+    """The last name of a call's function (`tl.program_id` -> program_id, `range` -> range)."""
+    f = node.func if isinstance(node, ast.Call) else None
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def persistent(source: str) -> bool:
+    """Whether a kernel's programs take their work in turn, so that its grid is sized to the GPU, not to the work:
+    a loop that starts at the program's id and steps by something other than a number (`tl.num_programs(0)`, an
+    SM count: a grid-stride loop), or a ticket (`t = tl.atomic_add(counter, 1)`). A 2-D grid that reads
+    `tl.num_programs(1)` for its layout, or atomics that add partial sums, are not."""
+    try:
+        tree = pyast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    pids = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and _callee(n.value) == "program_id"
+            for t in n.targets if isinstance(t, ast.Name)}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and _callee(n.value) == "atomic_add" and len(n.value.args) >= 2 \
+                and isinstance(n.value.args[1], ast.Constant) and n.value.args[1].value == 1:
+            return True
+        if isinstance(n, ast.For) and _callee(n.iter) in ("range", "static_range") and len(n.iter.args) == 3:
+            start, step = n.iter.args[0], n.iter.args[2]
+            from_pid = any(_callee(m) == "program_id" or (isinstance(m, ast.Name) and m.id in pids)
+                           for m in ast.walk(start))
+            if from_pid and not isinstance(step, ast.Constant):
+                return True
+    return False
 
 
 def applies(e: PlaybookEntry, source: str | None = None, programs: int | None = None, sms: int | None = None,
@@ -168,7 +196,7 @@ def applies(e: PlaybookEntry, source: str | None = None, programs: int | None = 
         return False
     if e.max_programs_per_sm is not None and programs and sms and programs > e.max_programs_per_sm * sms:
         return False
-    if e.not_persistent and parent_source is not None and any(w in parent_source for w in PERSISTENT_WORDS):
+    if e.not_persistent and parent_source is not None and persistent(parent_source):
         return False
     return True
 

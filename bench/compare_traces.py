@@ -7,7 +7,7 @@ are identical before and after") left the loop's decisions as they were.
 Compared, per step: the step's place (step, generation, branch), the parent and child kernels (content hashes: the
 same source gives the same hash), the diagnosis, the proposal, the coder's diff, the verdict and its reason, the
 archive's decision and why, the kernels the child launched (names, launches, grids), and the policy. Left out: clock
-times and durations, the verdict's error magnitudes and trial counts (its input draws come from a per-run secret
+times and durations (a review's and a steering note's `at`, and who gave them, `by`), the verdict's error magnitudes and trial counts (its input draws come from a per-run secret
 seed), timings (absent on the CPU anyway), tokens and cost. Exit 0 when every step matches, 1 with the first
 differences otherwise.
 """
@@ -24,6 +24,15 @@ def _kernels(outcome: dict[str, Any] | None) -> list[tuple[Any, ...]]:
     return [(k.get("name"), k.get("launches"), json.dumps(k.get("grids"))) for k in (outcome or {}).get("kernels") or []]
 
 
+def _timeless(value: Any) -> Any:
+    """`value` without the clock times and the people (`at`, `by`: user@host) a review or steering note carries."""
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if k not in ("at", "by")}
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    return value
+
+
 def essentials(record: dict[str, Any]) -> dict[str, Any]:
     """What of one trace record a behaviour-preserving change must keep as it was."""
     decision = record.get("decision") or {}
@@ -36,7 +45,8 @@ def essentials(record: dict[str, Any]) -> dict[str, Any]:
         "verdict": (record.get("verdict"), result.get("reason")),
         "decision": (decision.get("decision"), decision.get("reason"), decision.get("why")),
         "kernels": _kernels(record.get("outcome")),
-        "policy": record.get("policy"), "review": record.get("review"), "steering": record.get("steering"),
+        "policy": record.get("policy"), "review": _timeless(record.get("review")),
+        "steering": _timeless(record.get("steering")),
     }
 
 

@@ -126,7 +126,8 @@ def memory_checks(samples: list[dict[str, Any]], growth_pct: float) -> tuple[dic
     problems: list[str] = []
     for key, label, stat, word in GROWTH:
         second, last = quarters(samples, key)
-        if not second or not last:
+        if not second or not last:  # too few samples to compare (a soak cut short): that is no pass
+            problems.append(f"{label} not checked: {len(samples)} samples, too few for quarters")
             continue
         for q, values in (("second_quarter", second), ("last_quarter", last)):
             figures[f"{key}_{q}_median"] = statistics.median(values)
@@ -219,9 +220,12 @@ def main() -> int:
                  "steps": lines(run / "trace.jsonl") if run else 0}
             s["gpu_used_total"] = sum(s["gpu_used"])
             samples.append(s)
-            if len(samples) % max(1, int(60 / args.sample_s)) == 1:
-                if args.json:  # the samples so far, so that a soak cut short (a host taken back) keeps them
-                    Path(args.json).write_text(json.dumps({"command": cmd, "partial": True, "samples": samples}))
+            if (len(samples) - 1) % max(1, int(60 / args.sample_s)) == 0:  # about once a minute, the first too
+                if args.json:  # the samples so far, so that a soak cut short (a host taken back) keeps them;
+                    # written whole or not at all (a host taken back mid-write must not lose the earlier ones)
+                    partial = Path(args.json + ".tmp")
+                    partial.write_text(json.dumps({"command": cmd, "partial": True, "samples": samples}))
+                    os.replace(partial, args.json)
                 print(f"  {s['t']:7.0f} s  steps {s['steps']:4d}  GPU {s['gpu_used_total'] / 2**30:6.2f} GiB  "
                       f"workers {s['workers']:2d} ({s['worker_rss'] / 2**30:5.2f} GiB)  driver "
                       f"{s['driver_rss'] / 2**30:5.2f} GiB", flush=True)

@@ -443,7 +443,7 @@ class Evaluator:
                 spare.wait_ready()  # an evaluation that takes it meanwhile waits on the same start-up, once
         except Exception as e:  # noqa: BLE001 - a worker that cannot start is the evaluation's to report
             if outcome == "ready":
-                outcome = f"the first worker did not start ({type(e).__name__}: {str(e)[:200]})"
+                outcome = f"a prepared worker did not start ({type(e).__name__}: {str(e)[:200]})"
         phases["worker_wait_s"] = time.monotonic() - t0
         return {"outcome": outcome, "seconds": round(time.monotonic() - t_start, 3),
                 "phases": {k: round(v, 3) for k, v in phases.items()},

@@ -155,8 +155,9 @@ class Evaluations:
     def prepare(self, devices: Sequence[str]) -> list[threading.Thread]:
         """Set up each of `devices` in the background, with no candidate, while the run has nothing to judge yet
         (its model writes the first kernel): the evaluator built, its device's facts read, then
-        `Evaluator.prepare` (a ready worker, the memory plan, the reference battery and, on a GPU, the eager and
-        torch.compile baselines and the roofline's peaks), so that the first verification finds them ready. The
+        `Evaluator.prepare` (workers ready for the first quick check and verification, the memory plan, the
+        reference battery and, on a GPU, the eager and torch.compile baselines and the roofline's peaks), so that
+        the first verification finds them ready. The
         writer's quick checks run on the same evaluators meanwhile, as branches share one. Never raises into the
         run: a device that cannot be set up is logged and left to the evaluation that needs it, which says why.
         On a cluster or host process, the actor (or host) is started and its facts read: the evaluator there is

@@ -72,10 +72,11 @@ def branch_inputs(state: State, ctx: RunContext) -> list[State]:
     steering = ReviewDesk(ctx.run).steering()
     children = {s.child_id[:12]: s.child_id for s in archive.steps if s.child_id}  # history items carry 12 digits
     out = []
+    trace = ctx.run.trace()
+    tunings = tuned_children(trace)
     for i, parent in enumerate(state["parents"]):
-        tunings = tuned_children(ctx.run.trace())
         history = [_with_tuning(_with_launch(ctx, h, children), tunings) for h in lineage_history(archive, parent)]
-        swept, sweep_text, tuned_by = tuning_seen(ctx.run.trace(), parent)
+        swept, sweep_text, tuned_by = tuning_seen(trace, parent)
         out.append({
             "generation": state["generation"], "branch": i, "parent": parent,
             "step_id": f"g{state['generation']}b{i}",
@@ -94,9 +95,9 @@ def branch_inputs(state: State, ctx: RunContext) -> list[State]:
 
 
 def tuned_children(trace: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The tuning sweeps that replaced a step's child by a tuned variant, by that variant (12 digits, as history
-    items carry it)."""
-    return {str(t["child"])[:12]: t for r in trace if (t := r.get("tuning") or {}).get("chose") and t.get("child")}
+    """The tuning sweeps that replaced a step's child by a tuned variant, by the step (a later step whose coder wrote
+    that variant's very source was not tuned)."""
+    return {str(r.get("step_id")): t for r in trace if (t := r.get("tuning") or {}).get("chose") and t.get("child")}
 
 
 def _with_tuning(item: dict[str, Any], tunings: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -104,9 +105,10 @@ def _with_tuning(item: dict[str, Any], tunings: dict[str, dict[str, Any]]) -> di
     own speed-up beside the tuned one: the step's measured speed-up is the tuned child's, and a model read a
     structural change as the gain that a block size made (a relay run on L2Norm, 2026-11-26: as written 1.003×,
     tuned 1.098×)."""
-    t = tunings.get(str(item.get("child") or ""))
+    t = tunings.get(str(item.get("step_id")))
     measured, written_ms, chosen_ms = item.get("measured_speedup"), t and t.get("from_ms"), t and t.get("chosen_ms")
-    if not t or measured is None or not written_ms or not chosen_ms:
+    if not t or str(t.get("child"))[:12] != str(item.get("child") or "")[:12] or measured is None or not written_ms \
+            or not chosen_ms:
         return item
     return {**item, "tuned": str(t["chose"]), "as_written_speedup": measured * chosen_ms / written_ms}
 

@@ -314,11 +314,14 @@ def test_the_history_separates_what_the_coder_wrote_from_what_the_tuner_made_of_
              {"step_id": "g3b0", "tuning": {"from": "b9eaa8b89c437361", "from_ms": 7.33, "chose": None,
                                             "child": None}}]
     tunings = tuned_children(trace)
-    assert list(tunings) == ["29c59ec476cd"]
-    item = {"proposal": "resident-prefix-32768", "decision": "elite", "verdict": "pass", "child": "29c59ec476cd",
-            "measured_speedup": 1.098, "predicted_speedup": 1.25}
+    assert list(tunings) == ["g2b0"]
+    item = {"step_id": "g2b0", "proposal": "resident-prefix-32768", "decision": "elite", "verdict": "pass",
+            "child": "29c59ec476cd", "measured_speedup": 1.098, "predicted_speedup": 1.25}
     line = render_history([_with_tuning(item, tunings)])
     assert "as written 1.003×, 1.098× after the builtin tuned it (BLOCK=8192)" in line, line
     assert "measured 1.098×" not in line
-    untuned = {**item, "child": "b9eaa8b89c43"}
+    untuned = {**item, "step_id": "g3b0", "child": "b9eaa8b89c43"}
     assert _with_tuning(untuned, tunings) == untuned and "measured 1.098×" in render_history([untuned])
+    # a later step whose coder wrote the tuned variant's very source was not itself tuned
+    same_source = {**item, "step_id": "g4b0"}
+    assert _with_tuning(same_source, tunings) == same_source

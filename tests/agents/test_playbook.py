@@ -314,6 +314,23 @@ def test_an_entry_whose_conditions_do_not_hold_is_not_shown() -> None:
     grid_stride = [e.id for e in choose_shipped(["row_reduction"], LAYER_NORM, 9, source=group_norm, programs=132,
                                                 sms=132, parent_source=persistent)]
     assert "split-rows" not in grid_stride and grid_stride, grid_stride
-    one_row_each = persistent.replace("nprog = tl.num_programs(0)", "nprog = 1")
+    one_row_each = persistent.replace("nprog = tl.num_programs(0)", "nprog = 1").replace(", nprog)", ", 1)")
     assert choose_shipped(["row_reduction"], LAYER_NORM, 9, source=group_norm, programs=132, sms=132,
                           parent_source=one_row_each)[0].id == "split-rows"
+
+
+def test_a_persistent_kernel_is_told_from_a_grid_that_reads_its_own_size() -> None:
+    """`playbook.persistent`: a grid-stride loop (from the program's id, by a step that is no number) or a ticket
+    is persistent; a 2-D split that reads `tl.num_programs(1)` for its layout, or atomics that add partial sums,
+    are not (the builtin's seeds for KernelBench's softmax and layer norm)."""
+    from kernelwright.agents.playbook import persistent
+
+    assert persistent("pid = tl.program_id(0)\nfor r in tl.range(pid, M, NUM_SMS):\n    pass\n")
+    assert persistent("for r in range(tl.program_id(0), M, tl.num_programs(0)):\n    pass\n")
+    assert persistent("t = tl.atomic_add(counter, 1)\n")
+    assert not persistent("pid = tl.program_id(0)\nfor c in range(pid, N, 4):\n    pass\n")
+    assert not persistent("tl.atomic_add(out + r, partial)\nn = tl.num_programs(1)\n")
+    assert not persistent("def broken(:\n")
+    for seed in ("kb_23_Softmax_seed.py", "kb_40_LayerNorm_seed.py"):
+        source = (Path(__file__).resolve().parents[2] / "bench" / "seeds" / seed).read_text()
+        assert "tl.num_programs(" in source and not persistent(source), seed

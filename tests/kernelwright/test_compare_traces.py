@@ -37,6 +37,10 @@ def test_what_varies_between_runs_is_left_out_and_a_changed_decision_is_not(tmp_
     same = _run(tmp_path / "b", time="2026-11-27T00:01:00", verify_s=80.0,
                 result={"reason": "ok", "detail": "correct on 20 trials; worst error 2.9e-07"})
     assert ct.main([str(a), str(same)]) == 0 and "identical: 1 steps" in capsys.readouterr().out
+    reviewed = _run(tmp_path / "r1", review={"decision": "approve", "at": "2026-11-26T23:54:03", "by": "a@h"})
+    again = _run(tmp_path / "r2", review={"decision": "approve", "at": "2026-11-27T00:04:03", "by": "b@g"})
+    assert ct.main([str(reviewed), str(again)]) == 0
+    capsys.readouterr()
     other = _run(tmp_path / "c", proposal={"key": "BLOCK=16"})
     assert ct.main([str(a), str(other)]) == 1 and "proposal differs" in capsys.readouterr().out
     rejected = _run(tmp_path / "d", decision={"decision": "rejected", "reason": "ok", "why": "slower"})

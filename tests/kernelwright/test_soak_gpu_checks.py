@@ -49,3 +49,10 @@ def test_a_soak_cut_short_is_checked_from_its_partial_samples(tmp_path, capsys) 
     steady.write_text(__import__("json").dumps(
         {"command": ["x"], "partial": True, "samples": _samples([1, 5, 7, 4] * 4 + [1])}))
     assert _soak().again(str(steady), 10.0) == 0
+
+
+def test_too_few_samples_are_no_pass(tmp_path) -> None:
+    # a soak cut short after its first sample: nothing to compare, which must not read as "every check passed"
+    short = tmp_path / "short.json"
+    short.write_text(__import__("json").dumps({"command": ["x"], "partial": True, "samples": _samples([1])}))
+    assert _soak().again(str(short), 10.0) == 1
