@@ -21,7 +21,10 @@ from typing import Any
 
 
 def _kernels(outcome: dict[str, Any] | None) -> list[tuple[Any, ...]]:
-    return [(k.get("name"), k.get("launches"), json.dumps(k.get("grids"))) for k in (outcome or {}).get("kernels") or []]
+    # the grids a kernel was launched with, as a set: the order they were first seen in follows the order of the
+    # trials' input draws, which a run's secret seed sets
+    return [(k.get("name"), k.get("launches"), sorted(json.dumps(g) for g in k.get("grids") or []))
+            for k in (outcome or {}).get("kernels") or []]
 
 
 def _timeless(value: Any) -> Any:

@@ -22,7 +22,7 @@ def _run(path: Path, **changes) -> Path:
               "proposal": {"key": "BLOCK=4"}, "coder": {"diff": "-BLOCK = 8\n+BLOCK = 4"}, "verdict": "pass",
               "result": {"reason": "ok", "detail": "correct on 22 trials; worst error 3.3e-07"},
               "decision": {"decision": "unmeasured", "reason": "untimed", "why": "verified, not timed"},
-              "outcome": {"kernels": [{"name": "k", "launches": 22, "grids": [[256]]}]},
+              "outcome": {"kernels": [{"name": "k", "launches": 22, "grids": [[256], [1]]}]},
               "time": "2026-11-26T23:54:03", "verify_s": 113.2}
     for key, value in changes.items():
         record[key] = value
@@ -35,7 +35,8 @@ def test_what_varies_between_runs_is_left_out_and_a_changed_decision_is_not(tmp_
     ct = _module()
     a = _run(tmp_path / "a")
     same = _run(tmp_path / "b", time="2026-11-27T00:01:00", verify_s=80.0,
-                result={"reason": "ok", "detail": "correct on 20 trials; worst error 2.9e-07"})
+                result={"reason": "ok", "detail": "correct on 20 trials; worst error 2.9e-07"},
+                outcome={"kernels": [{"name": "k", "launches": 22, "grids": [[1], [256]]}]})
     assert ct.main([str(a), str(same)]) == 0 and "identical: 1 steps" in capsys.readouterr().out
     reviewed = _run(tmp_path / "r1", review={"decision": "approve", "at": "2026-11-26T23:54:03", "by": "a@h"})
     again = _run(tmp_path / "r2", review={"decision": "approve", "at": "2026-11-27T00:04:03", "by": "b@g"})
