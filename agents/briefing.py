@@ -103,6 +103,8 @@ def render_history(history: list[dict[str, Any]], limit: int = HISTORY_CHARS) ->
             bits.append(f"predicted {h['predicted_speedup']:.2f}×")
         if h.get("launched"):
             bits.append(f"child launched {h['launched']}")
+        if h.get("profiled"):
+            bits.append(f"child's Nsight Compute, its longest kernel: {h['profiled']}")
         lines.append("- " + "; ".join(bits))
     while len("\n".join(lines)) > limit and len(lines) > 1:
         lines.pop(0)

@@ -351,6 +351,18 @@ def _ncu_line(k: NcuKernel, arg_bytes: dict[str, float]) -> str:
     return f"- {k.name[:40]}: " + "; ".join(bits)
 
 
+def headline(profile: Profile) -> str | None:
+    """The profiled launch that took the most time, on one line (`_ncu_line`), for a history line: the roles saw
+    only the speed-up of a child that lost to its parent, and a model guessed why (level1/35_GroupNorm_ on an
+    H200, issue 23: "rejected children get no profile, so step 4's cause is a guess"). None without Nsight Compute."""
+    if not profile.ncu.available or not profile.ncu.kernels:
+        return None
+    per_launch = {str(k["name"]): k["arg_bytes_per_forward"] / k["launches_per_forward"] for k in profile.kernels
+                  if k.get("arg_bytes_per_forward") and k.get("launches_per_forward")}
+    top = max(profile.ncu.kernels, key=lambda k: float(k.metrics.get("duration_us") or 0.0))
+    return _ncu_line(top, per_launch).removeprefix("- ")
+
+
 KEEP, HIGH, MID, LOW = 3, 2, 1, 0
 """render's priorities: lines of KEEP are only ever truncated; the others are left out, lowest first, to fit."""
 

@@ -58,7 +58,10 @@ def archive_step(state: State, ctx: RunContext) -> State:
                               no_child=(f"rejected by the reviewer: {rev.get('message') or 'no reason given'}"
                                         if rejected else f"{down} (not counted against the budget)" if down else None),
                               no_child_reason="provider_failed" if down else "reviewer_rejected")
-        if step.decision == "elite":
+        if step.decision == "elite" or (step.verdict == "pass" and step.measured_speedup is not None
+                                         and cfg.uses_model("analyst")):
+            # a model analyst is also shown why a timed child lost (its profile's headline in the history); the
+            # builtin reads only its parent's profile, so its runs profile elites alone
             collect_evidence(ctx, step.child_id or "", cfg.device_for(r.get("branch") or 0))
         playbook.remember(ctx, r, step, archive)  # a win beyond its noise band goes to the knowledge store
         used = (r.get("llm") or {}).values()

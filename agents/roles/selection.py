@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from kernelwright.evaluators.profiling import Profile, headline
 from kernelwright.tools.review_desk import ReviewDesk
 
 from .. import briefing
@@ -63,7 +64,22 @@ def _with_launch(ctx: RunContext, item: dict[str, Any], children: dict[str, str]
             if c.get(n) is not None]))
     if len(kernels) > LAUNCHED_KERNELS:
         parts.append(f"and {len(kernels) - LAUNCHED_KERNELS} more kernel(s)")
-    return {**item, "launched": ", ".join(parts)} if parts else item
+    out = {**item, "launched": ", ".join(parts)} if parts else item
+    if item.get("decision") != "elite":  # an elite's profile is the evidence of the steps built on it
+        line = _profiled(ctx, full)
+        if line:
+            out = {**out, "profiled": line}
+    return out
+
+
+def _profiled(ctx: RunContext, h: str) -> str | None:
+    """The Nsight Compute headline of a child the archive did not keep as an elite, where one was collected
+    (`archive_step` profiles every timed child when a model analyses)."""
+    path = ctx.run.path / "profiles" / f"{h}.json"
+    try:
+        return headline(Profile.model_validate_json(path.read_text())) if path.exists() else None
+    except (OSError, ValueError):
+        return None  # an unreadable profile leaves the line as it was
 
 
 def branch_inputs(state: State, ctx: RunContext) -> list[State]:

@@ -52,6 +52,8 @@ def test_one_gpu_step_shows_real_facts_and_evidence(tmp_path: Path) -> None:
     # the seed was profiled in the loop: the analyst reads a device-time breakdown, Nsight Compute or why not,
     # the measured bandwidth and the floor; the strategist reads the analyst's diagnosis instead (issue 23)
     assert (run.path / "profiles" / f"{rec['parent']}.json").exists()
+    # a model analyses here, so the timed child is profiled too, elite or not (its headline goes to later prompts)
+    assert (run.path / "profiles" / f"{rec['child']}.json").exists()
     assert "device time by kernel (torch.profiler" in analyst and "add_kernel" in analyst
     assert ("Nsight Compute (SOL" in analyst) or ("Nsight Compute unavailable: " in analyst)
     assert "roofline floor" in analyst and "measured copy bandwidth" in analyst
