@@ -421,7 +421,7 @@ class Evaluator:
         family's tolerance calibrated, the forward's time; on CUDA with timing on, the eager and torch.compile
         baselines, compiled once for this evaluator and cached on disk, and the roofline's peaks), then the first
         `PREPARED_WORKERS` workers ready. Each is kept where `evaluate` reads it (`_footprints`, the reference session,
-        `_baselines`, `_roof`, the pool's ready spare), so none is done again. Safe beside evaluations in flight
+        `_baselines`, `_roof`, the pool's ready spares), so none is done again. Safe beside evaluations in flight
         on this evaluator (the same locks, taken in the same order, as theirs). Never raises: returns
         `{"outcome": "ready" | why not, "seconds": ..., "phases": {...}, ...}`."""
         t_start = time.monotonic()
