@@ -378,7 +378,8 @@ def render(profile: Profile, limit: int = 2500) -> str:
                 f"(p25 {t.p25_ms:.4g}, p75 {t.p75_ms:.4g}); PyTorch eager {t.eager_ms:.4g} ms")
         if t.compile_ms:
             line += f"; torch.compile ({t.compile_mode}) {t.compile_ms:.4g} ms"
-            others = [f"{mode} {v:.4g} ms" if isinstance(v, (int, float)) else f"{mode} failed"
+            others = [f"{mode} {v:.4g} ms" if isinstance(v, (int, float)) else
+                      f"{mode} not timed (CUDA graphs at this size)" if str(v).startswith("not timed") else f"{mode} failed"
                       for mode, v in (t.compile_modes or {}).items() if mode != t.compile_mode]
             if others:  # every mode measured, not only the fastest (a run asked for max-autotune saw one figure)
                 line += f" (the fastest measured; also {', '.join(others)})"

@@ -56,3 +56,44 @@ def test_inductors_search_does_not_reach_the_users_log(caplog) -> None:  # type:
         search.error("after the compile, errors are logged again")
         assert "after the compile" in caplog.text
     assert logging.getLogger("torch._inductor").level == before
+
+
+def test_a_cuda_graph_mode_is_not_timed_on_inputs_too_large(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA-graph mode's graphs keep static copies of the inputs and outputs for the evaluator's lifetime: a 7.5 GB
+    GroupNorm's max-autotune baseline held 15 GB an H100's memory plan did not know of, and three evaluations ran out
+    of device memory. Above a 32nd of the device's memory the graph mode is not timed (and never compiled), said so
+    in `compile_modes`, and its no-graph twin stands for it; below it, every mode is timed as before."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: SimpleNamespace(total_memory=80 * 10**9))
+    timer = BaselineTimer(SimpleNamespace(device=torch.device("cuda:0")), "max-autotune")  # type: ignore[arg-type]
+    compiled: list[str] = []
+
+    def one(mode: str, pool: list, reps: int, warmup: int) -> tuple[dict, None]:
+        compiled.append(mode)
+        return {"median_ms": {"max-autotune": 1.0, "max-autotune-no-cudagraphs": 7.4, "default": 7.5}[mode]}, None
+
+    monkeypatch.setattr(timer, "_compiled_one", one)
+    big = [[torch.empty(2 * 10**9 + 1, dtype=torch.float32, device="meta")]]  # 8 GB of input
+    best, why = timer.compiled(big, 3)
+    assert compiled == ["max-autotune-no-cudagraphs", "default"] and why is None
+    assert best is not None and best["mode"] == "max-autotune-no-cudagraphs" and best["median_ms"] == 7.4
+    assert best["modes"]["max-autotune"].startswith("not timed: its CUDA graphs would keep 8 GB of inputs")
+    small = [[torch.empty(10**8, dtype=torch.float32, device="meta")]]  # 0.4 GB: the graphs pay for themselves
+    compiled.clear()
+    best, _ = timer.compiled(small, 3)
+    assert compiled == ["max-autotune", "max-autotune-no-cudagraphs", "default"] and best["mode"] == "max-autotune"
+
+
+def test_a_mode_not_timed_is_said_so_in_the_profile() -> None:
+    from kernelwright.evaluators import Timing
+    from kernelwright.evaluators.profiling import Profile, render
+
+    t = Timing(median_ms=5.5, p25_ms=5.4, p75_ms=5.6, min_ms=5.3, max_ms=5.7, reps=30, wall_median_ms=5.6,
+               noise_band=0.01, eager_ms=9.9, speedup_vs_eager=1.8, vs_eager="faster", compile_mode="default",
+               compile_ms=7.4, compile_modes={"max-autotune": "not timed: its CUDA graphs would keep 7.5 GB ...",
+                                              "max-autotune-no-cudagraphs": 7.45, "default": 7.4},
+               best_baseline_ms=7.4, best_baseline="torch.compile")
+    text = render(Profile(verdict="pass", timing=t))
+    assert "max-autotune not timed (CUDA graphs at this size)" in text and "max-autotune failed" not in text

@@ -448,3 +448,27 @@ def test_a_verdict_alone_replaces_an_out_of_memory_beside_others(tmp_path: Path)
             calls.append(alone) or EvalResult(verdict="fail", reason=Reason.OUT_OF_MEMORY,
                                               memory={"ledger": {"others_in_flight": 0}}), True)
         assert ev.evaluate(CANDIDATE).reason == Reason.OUT_OF_MEMORY and calls == [False]
+
+
+def test_a_cuda_graph_pool_is_not_taken_for_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allocator's cached blocks serve this process's next allocations, so they count as free; a private pool's
+    (a CUDA graph's: torch.compile's max-autotune baseline) serve none, so they count as used. Taken for cache,
+    they let a GroupNorm run on an H100 plan with 15 GB a baseline's graphs held: three evaluations ran out of
+    device memory in the reference."""
+    gib = 1 << 30
+    segments = [
+        {"device": 0, "total_size": 10 * gib, "allocated_size": 2 * gib, "segment_pool_id": (0, 0)},  # 8 cached
+        {"device": 0, "total_size": 20 * gib, "allocated_size": 5 * gib, "segment_pool_id": (1, 0)},  # 15 kept
+        {"device": 1, "total_size": 30 * gib, "allocated_size": 0, "segment_pool_id": (2, 0)},  # another GPU's
+    ]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (50 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 30 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 7 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda *a, **k: segments)
+    from kernelwright.evaluators.ledger import private_idle_bytes
+    assert private_idle_bytes(torch.device("cuda:0")) == 15 * gib
+    # 30 GiB in use on the device: 8 of them are this process's plain cache; the graph pool's 15 idle are not
+    assert measure(torch.device("cuda:0")) == DeviceMemory(total=80 * gib, used=22 * gib)
+    # no snapshot: the cache as the allocator reports it, as before
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("none")))
+    assert measure(torch.device("cuda:0")) == DeviceMemory(total=80 * gib, used=7 * gib)
