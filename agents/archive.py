@@ -76,6 +76,8 @@ class Outcome(BaseModel):
     """launched kernels with their compiled resources"""
     bound: str | None = None
     """memory or compute, by the roofline"""
+    detail: str = ""
+    """the verdict's detail, for a child not passed (what an evaluator's own failure was: the history says it)"""
 
 
 class Step(BaseModel):
@@ -216,7 +218,9 @@ def admit(archive: Archive, parent_id: str, proposal_key: str, outcome: Outcome 
         # The judge failed, not the child: the move is not marked as tried on this parent, so it can be tried again.
         return record(Step(step=n, step_id=step_id, parent_id=parent_id, proposal_key=proposal_key,
                            child_id=outcome.child_id, verdict="error", reason=outcome.reason, decision="rejected",
-                           why=f"the evaluator could not judge it ({outcome.reason}); not counted against the move"))
+                           why=f"the evaluator could not judge it ({outcome.reason}"
+                               + (f": {outcome.detail[:200]}" if outcome.detail else "")
+                               + "); the kernel is not to blame and the move is not counted as tried"))
     if outcome.verdict != "pass":
         return reject(f"not verified correct ({outcome.reason})", outcome.reason)
     if outcome.suspect:
@@ -363,7 +367,7 @@ def lineage_history(archive: Archive, kernel: str, limit: int = 20) -> list[dict
              "reason": s.reason,
              "delta": s.delta, "predicted_speedup": s.predicted_speedup, "measured_speedup": s.measured_speedup,
              "decision": s.decision, "child": (s.child_id or "")[:12] or None,
-             **({"why": s.why} if s.reason == "reviewer_rejected" else {})}
+             **({"why": s.why} if s.reason == "reviewer_rejected" or s.verdict == "error" else {})}
             for s in archive.steps if s.parent_id in on_line][-limit:]
 
 
@@ -421,4 +425,7 @@ def describe(archive: Archive, kernel: str) -> str:
 def tried_on(archive: Archive, parent: str) -> list[str]:
     """Every proposal key already tried on this parent: a failed one must not be repeated, and a successful
     one would only rebuild a kernel the archive already judged."""
-    return sorted(set(archive.failed.get(parent, [])) | {st.proposal_key for st in archive.steps if st.parent_id == parent})
+    # a step the evaluator could not judge, or whose model call failed, tried nothing: its move may come again (a
+    # GroupNorm relay run lost three moves to an evaluator out of device memory, each then barred as tried)
+    return sorted(set(archive.failed.get(parent, [])) | {st.proposal_key for st in archive.steps if st.parent_id == parent
+                                                         and st.verdict not in ("error", "not_run")})

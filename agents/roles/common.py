@@ -31,7 +31,7 @@ def outcome_of(h: str, result: EvalResult) -> Outcome:
                    speedup_vs_compile=t.speedup_vs_compile if t else None,
                    fraction_of_floor=t.fraction_of_floor if t else None, noise_band=t.noise_band if t else 0.0,
                    suspect=list(t.suspect) if t else [], kernels=[k.model_dump() for k in result.kernels],
-                   bound=t.bound if t else None)
+                   bound=t.bound if t else None, detail="" if result.verdict == "pass" else (result.detail or "")[:300])
 
 
 def failure_of(e: llm.ProviderError | llm.ModelError) -> tuple[str, str]:

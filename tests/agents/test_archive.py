@@ -325,3 +325,21 @@ def test_the_history_separates_what_the_coder_wrote_from_what_the_tuner_made_of_
     # a later step whose coder wrote the tuned variant's very source was not itself tuned
     same_source = {**item, "step_id": "g4b0"}
     assert _with_tuning(same_source, tunings) == same_source
+
+
+def test_an_evaluator_failure_is_said_and_leaves_the_move_untried(base: Archive) -> None:
+    """A GroupNorm relay run on an H100 lost three moves to an evaluator out of device memory: each history line
+    said only "error (evaluator_error)", the model guessed at its kernels, and each move was then barred as tried
+    on the parent. The line now carries the evaluator's own words, and the move may come again."""
+    from kernelwright.agents.archive import lineage_history, tried_on
+    from kernelwright.agents.briefing import render_history
+
+    broken = Outcome(child_id="c1", verdict="error", reason="evaluator_error",
+                     detail="the evaluator itself ran out of device memory after the load phase at reference.py:182")
+    arch, step = admit(base, "seed", "l2-reuse-window", broken)
+    arch, _ = admit(arch, "seed", "BLOCK=8192", outcome("c2", verdict="fail"))
+    assert step.decision == "rejected" and "l2-reuse-window" not in arch.failed.get("seed", [])
+    assert tried_on(arch, "seed") == ["BLOCK=8192"]
+    line = render_history(lineage_history(arch, "seed"))
+    assert "the evaluator could not judge it (evaluator_error: the evaluator itself ran out of device memory" in line
+    assert "the kernel is not to blame and the move is not counted as tried" in line
