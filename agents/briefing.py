@@ -121,7 +121,9 @@ QUICK_CHECK_CPU = ("run the verifier on the current kernel (Triton's interpreter
 QUICK_CHECK_GPU = ("compile the current kernel and run it on the GPU on one input set of each family (base, sign-flipped, "
                    "rescaled, heavy-tailed) plus the problem's test "
                    "inputs, with every guard, against the reference, and time it roughly at the problem's size (one "
-                   "measurement, labelled rough, never used to admit anything; seconds in all)." + _SHAPES)
+                   "measurement, labelled rough, never used to admit anything; seconds in all), and say what it "
+                   "compiled to: each kernel's registers, spills and warps, the programs an SM holds at once and the "
+                   "waves its grid makes." + _SHAPES)
 
 
 def coverage_note(problem: str) -> str:

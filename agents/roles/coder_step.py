@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from kernelwright.evaluators.facts import waves_line
 from kernelwright.tools.coding import QuickCheck
 
 from .. import briefing, llm
@@ -47,6 +48,24 @@ def coder(state: State, ctx: RunContext) -> State:
                                                            "diff": _diff(state["parent"], parent_src, child_src)}}
 
 
+def _waves(ctx: RunContext, device: str, result: Any) -> str:
+    """The draft's compiled kernels at the problem's size, with the programs an SM holds and the waves their grid
+    makes (`evaluators.facts.waves_line`), longest grid first; informative, so a failure to read it is silence."""
+    try:
+        kernels = sorted((k.model_dump() for k in result.kernels),
+                         key=lambda k: -max((_programs(g) for g in k.get("grids") or [[]]), default=0))
+        return waves_line(kernels, ctx.evaluations.facts(device))
+    except Exception:  # noqa: BLE001 - the check's verdict stands without it
+        return ""
+
+
+def _programs(grid: list[int]) -> int:
+    n = 1
+    for g in grid:
+        n *= int(g)
+    return n
+
+
 def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
     """On the CPU the quick check is the real verifier; its verdict is cached by the draft's hash (the draft
     itself is not stored as a run kernel), so the verifier reuses it when that source becomes the child. On a
@@ -67,8 +86,9 @@ def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
         if result.verdict == "pass":
             ran = "" if "test_inputs" in result.families else " (only the problem's own shapes: it gives no get_test_inputs)"
             rough = next((c.detail for c in result.checks if c.name == "rough_time"), "")
+            waves = "" if on_cpu else _waves(ctx, device, result)
             verdict = True, (f"{result.detail}{ran} ({'verified' if on_cpu else 'quick check'})"
-                             + (f"; {rough}" if rough else ""))
+                             + (f"; {rough}" if rough else "") + (f"\n{waves}" if waves else ""))
         else:
             verdict = False, f"{result.reason}: {result.detail or ''}"[:2000]
         last.clear()
