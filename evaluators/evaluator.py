@@ -42,7 +42,7 @@ from .judge import (
 from .locks import LockTimeout, measurement_lock, shared_use
 from .ledger import MemoryLedger, Reservation, ledger_for, measure
 from .memory import Plan, plan_memory, timing_bytes, usable_bytes
-from .pool import Limits, Worker, WorkerFault, WorkerPool, declared_variants
+from .pool import Limits, Worker, WorkerFault, WorkerPool, WorkerStartFailure, declared_variants
 from .problem import Precision, Problem, ProblemError, problem_from_source
 from .profiling import Profile, profile_candidate
 from .reference import GOLD_NATIVE, ReferenceSession
@@ -568,6 +568,9 @@ class Evaluator:
                 result.max_rel_error, result.norm_rel_error = r.errors
             checks.append(Check(name=r.check, outcome="fail", detail=bound(r.detail, 600)))
             short_of_memory = r.reason == Reason.OUT_OF_MEMORY
+        except WorkerStartFailure as f:  # no candidate code reached it: the judge's failure, never the candidate's
+            self._judge_error(result, checks, Reason.EVALUATOR_ERROR, f.detail)
+            short_of_memory = f.out_of_memory  # a device too full for its context, perhaps only while crowded
         except WorkerFault as f:
             result.reason, result.detail = f.reason, bound(f.detail)
             checks.append(Check(name="worker", outcome="fail", detail=bound(f.detail, 600)))

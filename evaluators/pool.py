@@ -97,6 +97,33 @@ class WorkerFault(Exception):
 
 
 @dataclass
+class WorkerStartFailure(WorkerFault):
+    """The worker failed before any candidate code was sent to it: it died, hung or broke the protocol during
+    its start-up (imports, the device's context, the warm-up, the sandbox) or while it was waited for. Nothing
+    of the candidate ran there, so this is the evaluator's failure, never the candidate's: its reason is
+    `evaluator_error`, which comes with verdict "error" (a CUDA context that cannot be made on a full device
+    must not read as a kernel that crashed or exited)."""
+
+    status: int | None = None
+    """the process's exit status (negative: the signal that ended it); None while it still ran"""
+    log: str = ""
+    """the last lines of the worker's own output (a traceback's last line, typically)"""
+
+    @property
+    def out_of_memory(self) -> bool:
+        """Whether the worker's own output says it ran out of memory (a device too full for its context)."""
+        return "out of memory" in self.log.lower()
+
+
+def _last_lines(text: str, lines: int = 2, limit: int = 300) -> str:
+    """The last `lines` telling lines of a log, on one line: a traceback's caret and tilde markers left out,
+    its end kept where it is too long."""
+    kept = [line.strip() for line in text.splitlines() if line.strip() and line.strip().strip("^~ ")]
+    said = " | ".join(kept[-lines:])
+    return said if len(said) <= limit else "…" + said[-(limit - 1):]
+
+
+@dataclass
 class Limits:
     """Per-phase wall-clock limits (seconds) and the host-memory limit of one candidate process.
 
@@ -456,6 +483,11 @@ class Worker:
         self._went = not deferred
         self._ready = False
         self._ready_lock = threading.Lock()
+        self._start_fault: WorkerStartFailure | None = None
+        self._sent = False
+        """a request went to the worker since it was ready: from here on a fault may be the candidate's"""
+        self._killed = False
+        """killed by this side (a limit, a protocol break), not ended by itself"""
         self._oom = False
         self.device_peak = 0
         """the most device memory the worker's allocator reported holding (its own figure)"""
@@ -530,6 +562,35 @@ class Worker:
         return WorkerFault(Reason.CRASHED, f"the candidate's process exited (status {code}) during {phase}: "
                            "a candidate must return from forward, never exit")
 
+    def _start_failed(self, fault: WorkerFault | None, what: str = "",
+                      after_ready: bool = False) -> WorkerStartFailure:
+        """The fault of a worker that failed before any candidate code was sent to it, in one sentence: how
+        it failed (its exit status, the signal, the limit it ran past, or `what`) and the last lines of its
+        own output. `after_ready`: it said it was ready, then ended before the first request reached it.
+        Kept, so that every later wait on this worker gives the same answer."""
+        status = self.proc.poll()
+        if fault is not None and fault.reason == Reason.TIMEOUT:
+            cause = f"it was not ready within the start-up limit of {self.limits.startup_s:.0f} s and was killed"
+        elif fault is not None and fault.reason == Reason.OUT_OF_MEMORY:
+            cause = (f"its process used more than {self.limits.memory_bytes >> 20} MiB of host memory and "
+                     "was killed")
+        elif what:
+            cause = what
+        elif status is None or self._killed:
+            cause = "it closed its channel or sent a malformed message, and was killed"
+        elif status < 0:
+            sig = signal.Signals(-status).name if -status in signal.valid_signals() else str(-status)
+            cause = f"its process died from {sig}"
+        else:
+            cause = f"its process exited (status {status})"
+        if after_ready:
+            cause += " after it said it was ready, before the first request reached it"
+        log_said = _last_lines(self.log_tail(4000))
+        detail = ("the worker failed to start before the candidate was loaded (the evaluator's failure, not the "
+                  f"candidate's): {cause}; " + (f"its output ends: {log_said}" if log_said else "it wrote nothing"))
+        self._start_fault = WorkerStartFailure(Reason.EVALUATOR_ERROR, detail, status=status, log=log_said)
+        return self._start_fault
+
     # -- protocol -------------------------------------------------------------------------------------
 
     def go(self) -> None:
@@ -552,10 +613,16 @@ class Worker:
     def _wait_ready(self) -> dict[str, Any]:
         if self._ready:
             return self.info
+        if self._start_fault is not None:  # a second wait on a worker that already failed: the same answer
+            raise self._start_fault
         remaining = self.limits.startup_s - (time.monotonic() - self.started)
-        header, _ = self._receive(max(remaining, 1.0), "start-up")
+        try:
+            header, _ = self._receive(max(remaining, 1.0), "start-up")
+        except WorkerFault as f:
+            raise self._start_failed(f) from None
         if header.get("op") != "ready":
-            raise WorkerFault(Reason.WORKER_ERROR, "the worker did not start properly")
+            self.kill()
+            raise self._start_failed(None, f"it sent {str(header.get('op'))[:40]!r} where its 'ready' was due")
         self._ready = True
         self.startup_s = time.monotonic() - self.started
         self.info = header
@@ -592,8 +659,12 @@ class Worker:
         try:
             wire.send(self.sock, header, payload, timeout=max(timeout, 30.0))
         except wire.WireError as e:
+            if not self._sent and self.proc.poll() is not None:  # it died ready but before any request came
+                self._died(phase)  # reaps it
+                raise self._start_failed(None, after_ready=True) from None
             raise self._died(phase) if self.proc.poll() is not None else WorkerFault(
                 Reason.WORKER_ERROR, f"could not send to the worker: {e}") from e
+        self._sent = True
         return self._receive(timeout, phase, max_bytes, compiles)
 
     def _receive(self, timeout: float, phase: str, max_bytes: int = 1 << 34,
@@ -653,6 +724,7 @@ class Worker:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
+            self._killed = True
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from .locks import measurement_lock
-from .pool import Limits, Worker, WorkerFault
+from .pool import Limits, Worker, WorkerFault, WorkerStartFailure
 from .result import Reason, Timing
 from .transport import layouts
 
@@ -505,6 +505,8 @@ def profile_candidate(result: EvalResult, *, device: torch.device, pool: WorkerP
             prof.breakdown = breakdown_from_events([(str(n), float(us)) for n, us in header.get("events", [])])
         else:
             prof.breakdown_unavailable = f"the profiled run failed: {str(header.get('detail', ''))[:300]}"
+    except WorkerStartFailure as f:  # the profiling worker, not the candidate (which never reached it)
+        prof.breakdown_unavailable = f"no profiled run: {f.detail}"
     except WorkerFault as f:
         prof.breakdown_unavailable = f"the profiled run failed: {f.detail}"
     finally:
@@ -555,7 +557,8 @@ def ncu_report(*, device: torch.device, worker_limits: Limits, phase_limits: dic
         text = open(log_file).read() if os.path.exists(log_file) else ""
     except WorkerFault as f:
         worker.close()
-        return NcuReport(available=False, why=f"the ncu-profiled run failed: {f.detail}")
+        said = "no ncu-profiled run" if isinstance(f, WorkerStartFailure) else "the ncu-profiled run failed"
+        return NcuReport(available=False, why=f"{said}: {f.detail}")
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
     kernels = parse_ncu_csv(text)
