@@ -21,6 +21,8 @@ kernelwright.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import math
 import random
 from collections.abc import Callable
@@ -335,7 +337,8 @@ def recheck_best(archive: Archive, judge: Callable[[str], tuple[str, str]], *, t
         for i in range(times):
             verdict, detail = judge(best.id)
             if verdict == "error":
-                notes.append(f"{best.id[:12]}: judgement {i + 1} of {times} could not be made ({detail}); kept")
+                notes.append(f"{best.id[:12]}: judgement {i + 1} of {times} could not be made ({detail}); kept, "
+                             "not confirmed")
                 return archive, notes
             if verdict != "pass":
                 failed = f"failed judgement {i + 1} of {times} with fresh draws: {detail}"
@@ -422,10 +425,19 @@ def describe(archive: Archive, kernel: str) -> str:
     return f"{kernel[:12]}: {origin}; {speed}"
 
 
+UNJUDGED_TRIES = 2
+"""steps of one move on one parent that the evaluator could not judge, after which the move counts as tried"""
+
+
 def tried_on(archive: Archive, parent: str) -> list[str]:
     """Every proposal key already tried on this parent: a failed one must not be repeated, and a successful
     one would only rebuild a kernel the archive already judged."""
     # a step the evaluator could not judge, or whose model call failed, tried nothing: its move may come again (a
-    # GroupNorm relay run lost three moves to an evaluator out of device memory, each then barred as tried)
-    return sorted(set(archive.failed.get(parent, [])) | {st.proposal_key for st in archive.steps if st.parent_id == parent
-                                                         and st.verdict not in ("error", "not_run")})
+    # GroupNorm relay run lost three moves to an evaluator out of device memory, each then barred as tried); twice
+    # unjudged on one parent, it is barred all the same (a kernel that hoards device memory makes the trusted side's
+    # reference run out of it, an `error` each time, and must not be tried at every step)
+    on_parent = [st for st in archive.steps if st.parent_id == parent]
+    unjudged = Counter(st.proposal_key for st in on_parent if st.verdict == "error")
+    return sorted(set(archive.failed.get(parent, [])) | {st.proposal_key for st in on_parent
+                                                         if st.verdict not in ("error", "not_run")}
+                  | {key for key, n in unjudged.items() if n >= UNJUDGED_TRIES})

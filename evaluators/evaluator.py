@@ -462,6 +462,13 @@ class Evaluator:
         the device is made once more alone, nothing else of this process admitted meanwhile, and that verdict
         stands, with a check saying so. Not on the worker's host-memory limit, which is the candidate's own."""
         result, short_of_memory = self._judge(source, quick)
+        if result.verdict == "error" and any(c.name == "worker_start" for c in result.checks):
+            # a worker that could not start (a device full for a moment, a host under load): one more worker, once;
+            # the pool hands out no spare that already failed
+            first = result
+            result, short_of_memory = self._judge(source, quick)
+            result.checks.insert(0, Check(name="worker_start", outcome="info", detail=bound(
+                f"judged again with a fresh worker: {first.detail}", 600)))
         crowded = int(((result.memory or {}).get("ledger") or {}).get("others_in_flight", 0))
         if not (short_of_memory and crowded):
             return result
@@ -570,6 +577,7 @@ class Evaluator:
             short_of_memory = r.reason == Reason.OUT_OF_MEMORY
         except WorkerStartFailure as f:  # no candidate code reached it: the judge's failure, never the candidate's
             self._judge_error(result, checks, Reason.EVALUATOR_ERROR, f.detail)
+            checks.append(Check(name="worker_start", outcome="fail", detail=bound(f.detail, 600)))
             short_of_memory = f.out_of_memory  # a device too full for its context, perhaps only while crowded
         except WorkerFault as f:
             result.reason, result.detail = f.reason, bound(f.detail)

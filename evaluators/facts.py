@@ -106,26 +106,33 @@ def residency(compiled: dict[str, int], f: DeviceFacts) -> tuple[int, str] | Non
     return least, " and ".join(k for k, v in limits.items() if v == least)
 
 
+def programs_in(grid: list[int]) -> int:
+    """The programs of a launch grid."""
+    n = 1
+    for g in grid:
+        n *= int(g)
+    return n
+
+
 def waves_line(kernels: list[dict], f: DeviceFacts, limit: int = 2) -> str:
-    """The compiled kernels of a draft as the quick check reports them: per kernel (longest grid first, at most
-    `limit`) its grid, registers, spills, warps and shared memory, the programs one SM holds at once and the
+    """The compiled kernels of a draft as the quick check reports them: per kernel (at most `limit`, in the
+    order given) its largest grid, registers, spills, warps and shared memory, the programs one SM holds at once and the
     waves its grid makes on the device's SMs. Empty where nothing was compiled (Triton's interpreter)."""
     parts = []
     for k in kernels[:limit]:
         c = k.get("compiled") or {}
         if not c:
             continue
-        grid = (k.get("grids") or [[]])[0]
-        programs = 1
-        for g in grid:
-            programs *= int(g)
+        grids = k.get("grids") or [[]]
+        grid = max(grids, key=programs_in)  # the problem's own launch, not a smaller test input's
+        programs = programs_in(grid)
         res = ", ".join(f"{c[key]} {word}" for key, word in (("registers", "registers"), ("spills", "spills"),
                                                              ("num_warps", "warps")) if c.get(key) is not None)
         if c.get("shared_bytes"):
             res += f", {_size(c['shared_bytes'])} shared"
         line = f"{k.get('name')}: grid {'x'.join(map(str, grid)) or '?'} ({res})"
         fit = residency(c, f)
-        if fit and f.sms and grid:
+        if fit and fit[0] > 0 and f.sms and grid:
             per_sm, why = fit
             line += (f"; {per_sm} program{'s' if per_sm != 1 else ''} per SM at once (limited by {why}), so "
                      f"{programs} programs make {programs / (per_sm * f.sms):.2g} waves on {f.sms} SMs")

@@ -94,7 +94,10 @@ def private_idle_bytes(device: torch.device) -> int:
     baseline's graphs held, and three of its evaluations ran out of device memory in the reference (issue 23)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     try:
-        segments = torch.cuda.memory_snapshot()
+        try:  # no trace entries: this is read on every look at the device's memory (torch 2.13 has the argument)
+            segments = torch.cuda.memory_snapshot(include_traces=False)
+        except TypeError:
+            segments = torch.cuda.memory_snapshot()
     except Exception:  # noqa: BLE001 - no snapshot (an allocator without one): the cache as the allocator reports it
         return 0
     return sum(max(int(seg.get("total_size", 0)) - int(seg.get("allocated_size", 0)), 0) for seg in segments

@@ -580,14 +580,17 @@ class Worker:
             cause = "it closed its channel or sent a malformed message, and was killed"
         elif status < 0:
             sig = signal.Signals(-status).name if -status in signal.valid_signals() else str(-status)
-            cause = f"its process died from {sig}"
+            # nothing of this side sent it (a limit sets `_killed` or `_oom`): the host's out-of-memory killer, or
+            # another process on the host, which a reader of the verdict should know
+            cause = f"its process died from {sig}" + (", sent from outside the evaluator"
+                                                       if -status == signal.SIGKILL and not self._oom else "")
         else:
             cause = f"its process exited (status {status})"
         if after_ready:
             cause += " after it said it was ready, before the first request reached it"
         log_said = _last_lines(self.log_tail(4000))
-        detail = ("the worker failed to start before the candidate was loaded (the evaluator's failure, not the "
-                  f"candidate's): {cause}; " + (f"its output ends: {log_said}" if log_said else "it wrote nothing"))
+        detail = (f"the worker failed to start: {cause}, before the candidate was loaded (the evaluator's failure, "
+                  "not the candidate's); " + (f"its output ends: {log_said}" if log_said else "it wrote nothing"))
         self._start_fault = WorkerStartFailure(Reason.EVALUATOR_ERROR, detail, status=status, log=log_said)
         return self._start_fault
 
@@ -830,8 +833,15 @@ class WorkerPool:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the worker pool is closed")
+            # a spare that already failed its start-up, or ended, is not handed out (the next evaluation would be
+            # an `error` for it): it is closed and the next one taken
+            failed = []
+            while self._ready and (self._ready[0]._start_fault is not None or self._ready[0].proc.poll() is not None):
+                failed.append(self._ready.popleft())
             worker = self._ready.popleft() if self._ready else self._new()
             dry = not self._ready
+        for w in failed:
+            w.close()
         worker.go()
         if dry:
             self.fill()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kernelwright.evaluators.profiling import ncu_unavailable_reason
+
 from .. import playbook, stopping
 from ..archive import Outcome, admit, recheck_best
 from ..context import RunContext
@@ -40,11 +42,26 @@ def _judge_again(ctx: RunContext, h: str) -> tuple[str, str]:
     return result.verdict, f"{result.reason}: {result.detail}"[:300]
 
 
+def profile_losers(ctx: RunContext, losers: dict[str, str]) -> None:
+    """Profile, with Nsight Compute, a timed child that lost (one per device and generation, `losers`), for a
+    model analyst: the next prompts' history line of its step carries its longest kernel's figures (a relay model
+    on level1/35_GroupNorm_ said why a structure lost was a guess without them). Only where that headline can
+    exist (a model analyses, `--profile auto`, Nsight Compute can read counters) and the run goes on: a profile
+    takes about a minute and a half at a real size, and the builtin reads only its parent's profile."""
+    cfg = ctx.config
+    if not losers or not cfg.uses_model("analyst") or cfg.profile != "auto" or cfg.on_cpu:
+        return
+    for device, child in losers.items():
+        if device.startswith("ray:") or ncu_unavailable_reason() is None:  # on a cluster the node says why not
+            collect_evidence(ctx, child, device)
+
+
 def archive_step(state: State, ctx: RunContext) -> State:
     """Admit the generation's children, write one trace record per step, decide whether to go on."""
     cfg, run = ctx.config, ctx.run
     archive = load_archive(state, ctx)
     done = {s.step_id for s in archive.steps if s.step_id}
+    losers: dict[str, str] = {}  # per device, the first timed child the archive did not keep as an elite
     for r in sorted(state.get("results") or [], key=lambda r: r["step_id"]):
         if r["step_id"] in done:
             continue
@@ -58,11 +75,11 @@ def archive_step(state: State, ctx: RunContext) -> State:
                               no_child=(f"rejected by the reviewer: {rev.get('message') or 'no reason given'}"
                                         if rejected else f"{down} (not counted against the budget)" if down else None),
                               no_child_reason="provider_failed" if down else "reviewer_rejected")
-        if step.decision == "elite" or (step.verdict == "pass" and step.measured_speedup is not None
-                                         and cfg.uses_model("analyst")):
-            # a model analyst is also shown why a timed child lost (its profile's headline in the history); the
-            # builtin reads only its parent's profile, so its runs profile elites alone
-            collect_evidence(ctx, step.child_id or "", cfg.device_for(r.get("branch") or 0))
+        device = cfg.device_for(r.get("branch") or 0)
+        if step.decision == "elite":
+            collect_evidence(ctx, step.child_id or "", device)
+        elif step.verdict == "pass" and step.measured_speedup is not None and step.child_id:
+            losers.setdefault(device, step.child_id)
         playbook.remember(ctx, r, step, archive)  # a win beyond its noise band goes to the knowledge store
         used = (r.get("llm") or {}).values()
         record = StepRecord.model_validate({
@@ -77,6 +94,8 @@ def archive_step(state: State, ctx: RunContext) -> State:
     active = ctx.active_seconds()
     stop, status = stopping.decide(archive, cfg, results=state.get("results") or [], spent=spent, active_s=active,
                                    stop_requested=ctx.stop_requested)
+    if stop is None:
+        profile_losers(ctx, losers)
     said = stop
     if stop is not None and stop != STOPPED_ON_REQUEST and not cfg.on_cpu and best is not None:
         # the run's result is judged again before it is reported (`recheck_best`); a stop asked for is not held up

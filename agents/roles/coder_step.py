@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from kernelwright.evaluators.facts import waves_line
+from kernelwright.evaluators.facts import programs_in, waves_line
 from kernelwright.tools.coding import QuickCheck
 
 from .. import briefing, llm
@@ -53,17 +53,10 @@ def _waves(ctx: RunContext, device: str, result: Any) -> str:
     makes (`evaluators.facts.waves_line`), longest grid first; informative, so a failure to read it is silence."""
     try:
         kernels = sorted((k.model_dump() for k in result.kernels),
-                         key=lambda k: -max((_programs(g) for g in k.get("grids") or [[]]), default=0))
+                         key=lambda k: -max((programs_in(g) for g in k.get("grids") or [[]]), default=0))
         return waves_line(kernels, ctx.evaluations.facts(device))
     except Exception:  # noqa: BLE001 - the check's verdict stands without it
         return ""
-
-
-def _programs(grid: list[int]) -> int:
-    n = 1
-    for g in grid:
-        n *= int(g)
-    return n
 
 
 def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:

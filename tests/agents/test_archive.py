@@ -343,3 +343,7 @@ def test_an_evaluator_failure_is_said_and_leaves_the_move_untried(base: Archive)
     line = render_history(lineage_history(arch, "seed"))
     assert "the evaluator could not judge it (evaluator_error: the evaluator itself ran out of device memory" in line
     assert "the kernel is not to blame and the move is not counted as tried" in line
+    # twice unjudged on one parent, the move is barred all the same (a kernel that hoards device memory would make
+    # the trusted side run out of it at every step)
+    arch, _ = admit(arch, "seed", "l2-reuse-window", broken.model_copy(update={"child_id": "c3"}))
+    assert tried_on(arch, "seed") == ["BLOCK=8192", "l2-reuse-window"]

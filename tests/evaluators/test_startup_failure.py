@@ -87,7 +87,7 @@ def broken_pool() -> Iterator[WorkerPool]:
 
 
 def _says_start_failure(detail: str) -> None:
-    assert "the worker failed to start before the candidate was loaded" in detail, detail
+    assert "the worker failed to start: " in detail and "before the candidate was loaded" in detail, detail
     assert "not the candidate's" in detail, detail
     assert "exited (status 3)" in detail, detail
     assert "Invalid device string" in detail, detail  # the last line of the worker's own traceback
@@ -168,3 +168,40 @@ def test_worker_that_ended_after_ready_before_any_request_is_the_evaluators_fail
         assert BLAME not in caught.value.detail
     finally:
         w.close()
+
+
+def test_a_spare_that_failed_its_start_up_is_not_handed_out() -> None:
+    """A spare started ahead (`prepare`) that failed, or ended, stays in the pool no longer: `acquire` closes it and
+    hands out a worker that can start, so the next evaluation is not an `error` for it."""
+    with WorkerPool("cpu", Limits(), spares=0) as pool:
+        dead = Worker(BAD_DEVICE, Limits())
+        dead.proc.wait(timeout=60)
+        pool._ready.append(dead)
+        w = pool.acquire()
+        try:
+            assert w is not dead and dead.proc.poll() is not None
+            assert w.wait_ready().get("op") == "ready"
+        finally:
+            w.close()
+
+
+def test_an_evaluation_whose_worker_cannot_start_is_tried_once_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that could not start (a device full for a moment) costs the candidate nothing: the evaluation is made
+    once more with a fresh worker, and that verdict stands, with a check saying so."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    problem = tmp_path / "double.py"
+    problem.write_text(textwrap.dedent(PROBLEM))
+
+    class FirstBroken(WorkerPool):
+        made = 0
+
+        def _new(self) -> Worker:
+            FirstBroken.made += 1
+            return Worker(BAD_DEVICE if FirstBroken.made == 1 else "cpu", self.limits)
+
+    with FirstBroken("cpu", Limits(), spares=0) as pool, \
+            Evaluator(load_problem(problem), "cpu", EvalPolicy(trials=1, compile_mode=None), pool=pool) as ev:
+        result = ev.evaluate(textwrap.dedent(CANDIDATE))
+    assert result.verdict == "pass", (result.reason, result.detail)
+    assert result.checks[0].name == "worker_start" and "judged again with a fresh worker" in result.checks[0].detail

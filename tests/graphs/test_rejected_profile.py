@@ -16,6 +16,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from kernelwright.agents.context import RunConfig, RunContext
+from kernelwright.agents.roles import archiving
 from kernelwright.evaluators.profiling import NcuKernel, NcuReport, Profile
 from kernelwright.graphs.optimize import builder, initial_state
 from kernelwright.tools.evaluation import Evaluations
@@ -39,8 +40,10 @@ def ms(source: str) -> float:
     return 1.4 if "persistent" in source else 0.9 if "BLOCK = 512" in source else 1.0
 
 
-def run_two_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Scripted | None) -> tuple[Any, list[str]]:
+def run_two_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Scripted | None,
+                  profile: str = "auto") -> tuple[Any, list[str]]:
     profiled: list[str] = []
+    monkeypatch.setattr(archiving, "ncu_unavailable_reason", lambda: None)  # as on a GPU host with Nsight Compute
 
     def collect(self: Evaluations, h: str, device: str, ncu: bool = True) -> Profile:
         profiled.append(h)
@@ -55,7 +58,7 @@ def run_two_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Script
     monkeypatch.setattr(Evaluations, "evaluator", lambda self, device: TimedEvaluator(ms, calls))
     monkeypatch.setattr(Evaluations, "collect_evidence", collect)
     run = RunStore(tmp_path).create(str(PROBLEM), PROBLEM.read_text(), {})
-    cfg = RunConfig(model="scripted:t" if model else "builtin", device="cuda:0", profile="auto", trials=1,
+    cfg = RunConfig(model="scripted:t" if model else "builtin", device="cuda:0", profile=profile, trials=1,
                     branches=1, iterations=2, roofline_target=None, tune_budget=0)
     run.update(config={"seed_kernel": run.put_kernel(SEED), "settings": cfg.as_dict()})
     ctx = RunContext.open(cfg, run, models={"scripted:t": model} if model else None)
@@ -91,4 +94,23 @@ def test_the_builtin_profiles_only_the_seed_and_elites(tmp_path: Path, monkeypat
     steps = run.trace()
     elites = [s["child"] for s in steps if s["decision"]["decision"] == "elite"]
     assert len(steps) == 2 and len(elites) < 2, [s["decision"]["decision"] for s in steps]
+    # a timed child the archive did not keep, which a model's run would have profiled (not the last generation's)
+    assert steps[0]["decision"]["decision"] != "elite" and steps[0]["decision"]["measured_speedup"] is not None
     assert profiled == [steps[0]["parent"], *elites]
+
+
+@pytest.mark.parametrize("case", ["last generation", "torch profile"])
+def test_a_loser_whose_headline_nobody_reads_is_not_profiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           case: str) -> None:
+    """A profile takes about a minute and a half at a real size: a loser of the run's last generation (no prompt
+    follows) or of a run whose profiles have no Nsight Compute figures (`--profile torch`) is not profiled."""
+    slower2 = SLOWER.replace("persistent (slower here)", "persistent, again (slower here)")
+    model = Scripted(script=[
+        call("Diagnosis", DIAGNOSIS, 0), call("Proposal", STRUCTURAL, 1),
+        call("write_kernel", {"source": SLOWER}, 2), call("finish", {}, 3),
+        call("Diagnosis", DIAGNOSIS, 4), call("Proposal", {**STRUCTURAL, "key": "persistent-again"}, 5),
+        call("write_kernel", {"source": slower2}, 6), call("finish", {}, 7)])
+    run, profiled = run_two_steps(tmp_path, monkeypatch, model, profile="torch" if case == "torch profile" else "auto")
+    first, second = run.trace()
+    assert first["decision"]["decision"] == second["decision"]["decision"] == "rejected"
+    assert profiled == ([first["parent"]] if case == "torch profile" else [first["parent"], first["child"]])
