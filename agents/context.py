@@ -185,10 +185,11 @@ class RunConfig:
     """candidate workers each device (or actor) keeps started ahead of need; 0: as many as branches it takes in
     a generation (at most MAX_AUTO_SPARES), so that no branch waits for a worker to import torch"""
     profile: str = setting("auto", help=(
-        "GPU evidence: profile the seed and new elites, and every timed child when a model analyses (auto: with ncu "
+        "GPU evidence: profile the seed and new elites, and a losing child for a model's analyst (auto: with ncu "
         "when it can read counters; torch: torch.profiler only; off)"))
     """evidence for the roles on a GPU: auto profiles the seed and each newly admitted elite, and where a model
-    analyses every timed child too (its headline goes into the history line of its step) (torch.profiler,
+    analyses a timed child that lost, one per device and generation (`archiving.profile_losers`: its Nsight
+    Compute headline goes into the history line of its step) (torch.profiler,
     and Nsight Compute when `ncu` exists and can read counters); torch leaves Nsight Compute out; off profiles
     nothing (the roles still see the verifier"s timing and the launched kernels" resources)"""
     knowledge: str | None = setting(None, help=(

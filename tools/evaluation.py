@@ -387,7 +387,7 @@ class Evaluations:
         elif result.timing is None:
             why = f"not timed ({result.timing_unavailable})"
         else:
-            why = ("not profiled: only the seed and each newly admitted elite are profiled (and every timed child "
+            why = ("not profiled: only the seed and each newly admitted elite are profiled (and a losing child "
                    "where a model analyses)")
         prof.breakdown_unavailable = why
         prof.ncu = NcuReport(available=False, why=why)

@@ -57,7 +57,7 @@ def store_archive(ctx: RunContext, archive: Archive, version: int) -> dict[str, 
 
 
 def collect_evidence(ctx: RunContext, h: str, device: str) -> None:
-    """Profile a timed kernel for the roles (the seed, each newly admitted elite, each timed child where a model
+    """Profile a timed kernel for the roles (the seed, each newly admitted elite, a losing child where a model
     analyses), unless the run says not to.
     Evidence is informative: a failure to collect it is logged and the run goes on."""
     mode = ctx.config.profile
