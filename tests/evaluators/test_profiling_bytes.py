@@ -117,7 +117,8 @@ def test_render_shows_bytes_and_limits() -> None:
                  "arg_bytes_per_forward": 1_120_000_000}]
     text = render(Profile(kernels=launched, ncu=NcuReport(available=True, kernels=parse_ncu_csv(NCU_TEXT))))
     line = next(ln for ln in text.splitlines() if ln.startswith("- _ln_normalise: duration"))
-    assert "DRAM 3.41 TB/s: read 540 MB + write 520 MB = 1.06 GB (1.89× its arguments' bytes)" in line
+    assert "DRAM 3.41 TB/s: read 540 MB + write 520 MB = 1.06 GB (1.89× its arguments' bytes), 500 MB more than " \
+           "its arguments span (re-reads that missed L2, spills, or scratch buffers)" in line
     assert "L2 read 1.06 GB, write 520 MB, hit 26%" in line
     assert "occupancy achieved 11% of theoretical 12%, bound by registers: 1 blocks/SM (shared memory 3, warps 8, " \
            "block limit 32), 141 registers/thread" in line
