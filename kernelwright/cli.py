@@ -896,7 +896,8 @@ def report_cmd(
 
 knowledge_app = typer.Typer(
     help="What earlier runs learned on this machine: their winning steps (symptom -> move -> measured effect, GPU, "
-         "problem kind, run and step), shown to later runs' strategists. list, show ID, export [FILE], clear.",
+         "problem kind, run and step), shown to later runs' strategists. list, show ID, export [FILE], import FILE, "
+         "clear.",
     no_args_is_help=True)
 app.add_typer(knowledge_app, name="knowledge")
 StoreOpt = Annotated[Optional[Path], typer.Option(
@@ -989,6 +990,31 @@ def knowledge_export_cmd(
     _skipped(store)
     err.print(f"export: {n} entries of {store.path}" + (f" to {out_file}" if out_file else ""), markup=False,
               highlight=False, soft_wrap=True)
+
+
+@knowledge_app.command("import")
+def knowledge_import_cmd(
+    in_file: Annotated[Path, typer.Argument(help="JSON lines as `knowledge export` writes them (another machine's store)")],
+    knowledge: StoreOpt = None,
+) -> None:
+    """Add another store's entries (a file `export` wrote) that this one does not hold yet, by id."""
+    store = _store(knowledge)
+    if in_file.is_dir():
+        raise _usage_error(f"{in_file} is a folder: give the file `kernelwright knowledge export` wrote")
+    try:
+        text = in_file.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise _usage_error(f"cannot read {in_file}: {e.strerror or e}") from None
+    try:
+        added, already, bad = store.import_lines(text)
+    except OSError as e:
+        raise _usage_error(f"cannot write to {store.path}: {e.strerror or e}") from None
+    if bad and not added and not already:
+        raise _usage_error(f"{in_file} holds no knowledge entry (line {bad[0]} is not one): nothing was imported")
+    sys.stdout.write(f"imported {added} entries from {in_file} into {store.path}"
+                     + (f"; {already} were there already" if already else "")
+                     + (f"; {len(bad)} line(s) are not entries and were skipped (first: line {bad[0]})" if bad else "")
+                     + "\n")
 
 
 @knowledge_app.command("clear")

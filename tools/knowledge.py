@@ -172,6 +172,31 @@ class KnowledgeStore:
         atomic_write(Path(to), "".join(line + "\n" for line in lines))
         return len(lines)
 
+    def import_lines(self, text: str) -> tuple[int, int, list[int]]:
+        """Add the entries of `text` (JSON lines, as `export` writes them: another machine's store, or a GPU host's
+        that is given back with its disk) that this store does not hold yet, by id; returns (added, already
+        here, the numbers of the lines that are not knowledge entries). Nothing is added when no line is one."""
+        have = {e.id for e in self.entries()}
+        new: list[Knowledge] = []
+        bad: list[int] = []
+        already = 0
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                e = Knowledge.model_validate(json.loads(line))
+            except (ValueError, ValidationError):
+                bad.append(n)
+                continue
+            if e.id in have:
+                already += 1
+                continue
+            have.add(e.id)
+            new.append(e)
+        for e in new:
+            self.append(e)
+        return len(new), already, bad
+
     def clear(self) -> int:
         """Remove every entry (the file is emptied, under the lock); returns how many there were."""
         n = len(self.entries())

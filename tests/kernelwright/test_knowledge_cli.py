@@ -144,3 +144,29 @@ def test_chat_takes_the_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
                "--run-dir", tmp_path / "runs")
     assert r.exit_code == 0, r.output
     assert seen == {"knowledge": None, "use": False}
+
+
+def test_import_what_another_machine_learned(store: KnowledgeStore, tmp_path: Path) -> None:
+    """A GPU host is given back with its disk: its store, exported, is imported here (new ids only, so importing
+    twice adds nothing); a file with no entry, a missing file or a folder is one sentence and a non-zero exit."""
+    there = KnowledgeStore(tmp_path / "host.jsonl")
+    there.append(entry("g1b0"))  # the same step this store holds already
+    there.append(entry("g3b0", "lag-margin-half"))
+    exported = tmp_path / "host-export.jsonl"
+    there.export(exported)
+    exported.write_text(exported.read_text() + "not json\n")
+    r = invoke("knowledge", "import", exported, "--knowledge", store.path)
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == (f"imported 1 entries from {exported} into {store.path}; 1 were there already; 1 line(s) "
+                                "are not entries and were skipped (first: line 3)")
+    assert [e.key for e in store.entries()] == ["split-row-64", "chunk-major", "lag-margin-half"]
+    r = invoke("knowledge", "import", exported, "--knowledge", store.path)  # again: nothing new
+    assert r.exit_code == 0 and r.output.startswith("imported 0 entries") and len(store.entries()) == 3
+    junk = tmp_path / "junk.txt"
+    junk.write_text("hello\n")
+    assert one_sentence(invoke("knowledge", "import", junk, "--knowledge", store.path)) == \
+        f"{junk} holds no knowledge entry (line 1 is not one): nothing was imported"
+    assert one_sentence(invoke("knowledge", "import", tmp_path / "missing.jsonl", "--knowledge", store.path)) \
+        .startswith(f"cannot read {tmp_path / 'missing.jsonl'}: ")
+    said = one_sentence(invoke("knowledge", "import", tmp_path, "--knowledge", store.path))
+    assert said == f"{tmp_path} is a folder: give the file `kernelwright knowledge export` wrote"
