@@ -360,14 +360,19 @@ def _ncu_line(k: NcuKernel, arg_bytes: dict[str, float]) -> str:
     return f"- {k.name[:40]}: " + "; ".join(bits)
 
 
+def _arg_bytes_per_launch(profile: Profile) -> dict[str, float]:
+    """Triton kernel name -> the bytes its tensor arguments span per launch (what `_ncu_line` sets DRAM against)."""
+    return {str(k["name"]): k["arg_bytes_per_forward"] / k["launches_per_forward"] for k in profile.kernels
+            if k.get("arg_bytes_per_forward") and k.get("launches_per_forward")}
+
+
 def headline(profile: Profile) -> str | None:
     """The profiled launch that took the most time, on one line (`_ncu_line`), for a history line: the roles saw
     only the speed-up of a child that lost to its parent, and a model guessed why (level1/35_GroupNorm_ on an
     H200, issue 23: "rejected children get no profile, so step 4's cause is a guess"). None without Nsight Compute."""
     if not profile.ncu.available or not profile.ncu.kernels:
         return None
-    per_launch = {str(k["name"]): k["arg_bytes_per_forward"] / k["launches_per_forward"] for k in profile.kernels
-                  if k.get("arg_bytes_per_forward") and k.get("launches_per_forward")}
+    per_launch = _arg_bytes_per_launch(profile)
     top = max(profile.ncu.kernels, key=lambda k: float(k.metrics.get("duration_us") or 0.0))
     return _ncu_line(top, per_launch).removeprefix("- ")
 
@@ -426,8 +431,7 @@ def render(profile: Profile, limit: int = 2500) -> str:
     if profile.ncu.available:
         out.append((HIGH, "Nsight Compute (SOL = % of the unit's peak throughput; bytes per profiled launch; "
                           "stalls in cycles per issued instruction):"))
-        per_launch = {str(k["name"]): k["arg_bytes_per_forward"] / k["launches_per_forward"] for k in profile.kernels
-                      if k.get("arg_bytes_per_forward") and k.get("launches_per_forward")}
+        per_launch = _arg_bytes_per_launch(profile)
         # the kernels that take the time first: a small pre-pass launched first must not push the main kernel's
         # line out when the text is cut to fit (a model on level2/37 lost the line of the kernel taking 93 %)
         by_time = sorted(profile.ncu.kernels, key=lambda k: -float(k.metrics.get("duration_us") or 0.0))

@@ -87,6 +87,17 @@ def problem_name(path: str) -> str:
     return p.parent.name if p.stem == "problem" and p.parent.name else p.stem
 
 
+def parse_lines(text: str) -> Iterator[tuple[int, Knowledge | None]]:
+    """Each non-blank line of a store's text, numbered from 1, as its entry or None when it is not one."""
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield n, Knowledge.model_validate(json.loads(line))
+        except (ValueError, ValidationError):
+            yield n, None
+
+
 class KnowledgeStore:
     """The entries in one file. Reading never raises for the file's content; `skipped` counts unreadable lines
     of the last read."""
@@ -136,12 +147,8 @@ class KnowledgeStore:
             log.warning("the knowledge store %s cannot be read: %s", self.path, e)
             return []
         found: dict[str, Knowledge] = {}
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                e = Knowledge.model_validate(json.loads(line))
-            except (ValueError, ValidationError):
+        for n, e in parse_lines(text):
+            if e is None:
                 self.skipped += 1
                 log.warning("%s: line %d is not a knowledge entry; skipped", self.path, n)
                 continue
@@ -180,12 +187,8 @@ class KnowledgeStore:
         new: list[Knowledge] = []
         bad: list[int] = []
         already = 0
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                e = Knowledge.model_validate(json.loads(line))
-            except (ValueError, ValidationError):
+        for n, e in parse_lines(text):
+            if e is None:
                 bad.append(n)
                 continue
             if e.id in have:

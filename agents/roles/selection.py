@@ -74,7 +74,7 @@ def _with_launch(ctx: RunContext, item: dict[str, Any], children: dict[str, str]
 
 def _profiled(ctx: RunContext, h: str) -> str | None:
     """The Nsight Compute headline of a child the archive did not keep as an elite, where one was collected
-    (`archive_step` profiles every timed child when a model analyses)."""
+    (`archiving.profile_losers`: one losing child per device and generation, where a model analyses)."""
     path = ctx.run.path / "profiles" / f"{h}.json"
     try:
         return headline(Profile.model_validate_json(path.read_text())) if path.exists() else None
