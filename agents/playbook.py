@@ -119,6 +119,9 @@ COMPUTE_KINDS = frozenset({"matmul", "conv"})
 kinds (a row reduction in a GEMM's epilogue) speaks of the epilogue"""
 EPILOGUE_HITS = 2
 """diagnosis words an epilogue-only entry must match to be shown (one generic word such as "grid" is not enough)"""
+EPILOGUE_LIMIT = 1
+"""epilogue-only entries shown at most on a problem with a compute kind: the GEMM's entries are its playbook; one
+entry may speak of the reduction after it (level2/37's strategist was shown a softmax/layer-norm entry, issue 23)"""
 
 
 def _shipped_score(e: PlaybookEntry, kinds: set[str], diagnosis: Diagnosis | None) -> int | None:
@@ -190,8 +193,10 @@ def applies(e: PlaybookEntry, source: str | None = None, programs: int | None = 
             parent_source: str | None = None) -> bool:
     """Whether an entry's conditions hold for this problem and parent: the reference source names one of its
     `source_words`, the parent's largest launch is within `max_programs_per_sm`, and a `not_persistent` entry's
-    parent is not persistent (each checked only when known). On level1/35_GroupNorm_ a model was offered a
-    softmax's one-pass statistics and the split of starved rows for a grid of 918k programs (issue 23's repeat)."""
+    parent is not persistent by its source (`persistent`: its grid is sized to the GPU and its programs loop over
+    the rows; the grid alone cannot tell that from as many rows as SMs, one program each); each is checked only
+    when known. On level1/35_GroupNorm_ a model was offered a softmax's one-pass statistics and the split of
+    starved rows for a grid of 918k programs (issue 23's repeat)."""
     if e.source_words and source is not None and not any(w in source.lower() for w in e.source_words):
         return False
     if e.max_programs_per_sm is not None and programs and sms and programs > e.max_programs_per_sm * sms:
@@ -206,11 +211,21 @@ def choose_shipped(kinds: Iterable[str], diagnosis: Diagnosis | None, limit: int
                    sms: int | None = None, parent_source: str | None = None) -> list[PlaybookEntry]:
     """The shipped entries for a problem of `kinds` with this diagnosis: of its kinds only, whose conditions hold
     (`applies`: the reference `source`, the parent's largest grid in `programs`, the GPU's `sms`), best fit first
-    (ties in the file's order), at most `limit`."""
+    (ties in the file's order), at most `limit`; on a problem with a compute kind at most `EPILOGUE_LIMIT` entries
+    that are only for its other kinds (`_shipped_score` puts them after the compute kind's)."""
     ks = set(kinds)
     scored = [(s, i, e) for i, e in enumerate(shipped())
               if applies(e, source, programs, sms, parent_source) and (s := _shipped_score(e, ks, diagnosis)) is not None]
-    return [e for _, _, e in sorted(scored, key=lambda t: (-t[0], t[1]))[:limit]]
+    lead = ks & COMPUTE_KINDS
+    out: list[PlaybookEntry] = []
+    epilogue = 0
+    for _, _, e in sorted(scored, key=lambda t: (-t[0], t[1])):
+        if lead and "any" not in e.kinds and not set(e.kinds) & lead:
+            if epilogue >= EPILOGUE_LIMIT:
+                continue
+            epilogue += 1
+        out.append(e)
+    return out[:limit]
 
 
 def choose_learned(kinds: Iterable[str], diagnosis: Diagnosis | None, entries: Sequence[Knowledge],

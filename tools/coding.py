@@ -84,8 +84,9 @@ def coder_tools(ws: Workspace, check: QuickCheck) -> list[BaseTool]:
         A size the reference refuses to see odd keeps its value. Example: quick_check(shapes=["small", "odd",
         "tail"]); only these names, no sizes of your own (each variant's sizes are fixed per problem and accepted
         by its reference). The reply names each shape
-        with its sizes and says pass, or fail with the reason. The variants only inform you: finish() needs
-        the problem's own shapes to pass."""
+        with its sizes and says pass, or fail with the reason; "not varied by any shape: NAME=V" names sizes only
+        get_init_inputs reads that no variant it ran changed (the weights keep them; only "odd" makes those it
+        can odd). The variants only inform you: finish() needs the problem's own shapes to pass."""
         names = tuple(dict.fromkeys([shapes] if isinstance(shapes, str) else shapes or ()))
         unknown = [n for n in names if n not in SHAPES]
         if unknown:

@@ -65,29 +65,46 @@ def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
     GPU it is the evaluation service's quick check in this run's evaluator and workers: compile, one input set
     plus the problem's test inputs, every guard, no timing but one rough measurement at the problem's size.
     `shapes` (`evaluators.variants`: small, odd, tail) also runs it at those shape variants, each judged apart in
-    quick mode, when the problem's own shapes pass; the check passes when every shape it ran passes."""
+    quick mode, when the problem's own shapes pass; the check passes when every shape it ran passes.
+
+    One check serves one conversation (a coder's step, a first kernel's writing): what a reply explains is said in
+    its first reply only (why only the problem's own shapes ran), or in the tool's description (what the sizes no
+    variant changes are); later replies say what ran, not why again (a relay model read the same explanations in
+    every reply, issue 23)."""
     device, on_cpu = ctx.config.device_for(branch), ctx.config.on_cpu
-    last: dict[str, tuple[bool, str]] = {}  # the problem shapes' verdict of the last source checked
+    last: dict[str, tuple[bool, str, str, bool]] = {}
+    """the problem shapes' verdict of the last source checked: passed, the reply before and after where it says
+    why only the problem's own shapes ran, and whether it says that"""
+    said: set[str] = set()  # the explanations this conversation's replies have given
+
+    def once(key: str, first: str, later: str) -> str:
+        if key in said:
+            return later
+        said.add(key)
+        return first
 
     def own(source: str) -> tuple[bool, str]:
-        if source in last:
-            return last[source]
-        if on_cpu:
-            _, result = ctx.evaluations.evaluate(source, device, store=False)
-        else:
-            result = ctx.evaluations.quick(source, device)
-        if result.verdict == "pass":
-            ran = "" if "test_inputs" in result.families else " (only the problem's own shapes: it gives no get_test_inputs)"
-            rough = next((c.detail for c in result.checks if c.name == "rough_time"), "")
-            waves = "" if on_cpu else _waves(ctx, device, result)
-            verdict = True, (f"{result.detail}{ran} ({'verified' if on_cpu else 'quick check'})"
-                             + (f"; {rough}" if rough else "") + (f"\n{waves}" if waves else ""))
-        else:
-            verdict = False, f"{result.reason}: {result.detail or ''}"[:2000]
-        last.clear()
-        if result.verdict != "error":  # a failure of the judge is asked again next time
-            last[source] = verdict
-        return verdict
+        verdict = last.get(source)
+        if verdict is None:
+            if on_cpu:
+                _, result = ctx.evaluations.evaluate(source, device, store=False)
+            else:
+                result = ctx.evaluations.quick(source, device)
+            if result.verdict == "pass":
+                rough = next((c.detail for c in result.checks if c.name == "rough_time"), "")
+                waves = "" if on_cpu else _waves(ctx, device, result)
+                tail = (f" ({'verified' if on_cpu else 'quick check'})" + (f"; {rough}" if rough else "")
+                        + (f"\n{waves}" if waves else ""))
+                verdict = True, result.detail, tail, "test_inputs" not in result.families
+            else:
+                verdict = False, f"{result.reason}: {result.detail or ''}"[:2000], "", False
+            last.clear()
+            if result.verdict != "error":  # a failure of the judge is asked again next time
+                last[source] = verdict
+        ok, head, tail, own_only = verdict
+        ran = once("own", " (only the problem's own shapes: it gives no get_test_inputs)",
+                   " (only the problem's own shapes)") if own_only else ""
+        return ok, head + ran + tail
 
     def check(source: str, shapes: tuple[str, ...] = ()) -> tuple[bool, str]:
         ok, msg = own(source)
@@ -103,10 +120,8 @@ def quick_check(ctx: RunContext, branch: int = 0) -> QuickCheck:
         ran = [v.shape for v in variants if v.result is not None]
         fixed = {k: v for k, v in ctx.evaluations.fixed_sizes().items()
                  if all(shape.sizes.get(k, v) == v for shape in ran)}
-        if fixed:
-            lines.append("not varied by any shape: " + ", ".join(f"{k}={v}" for k, v in fixed.items())
-                         + " (read only by get_init_inputs: the weights keep these sizes"
-                         + ("" if "odd" in shapes else "; the odd variant makes those it can odd") + ")")
+        if fixed:  # what these sizes are is said in quick_check's description (tools/coding.py)
+            lines.append("not varied by any shape: " + ", ".join(f"{k}={v}" for k, v in fixed.items()))
         return all(v.passed or v.result is None for v in variants), "\n".join(lines)
 
     return check
