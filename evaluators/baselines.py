@@ -4,6 +4,8 @@ A candidate never shares a process with a baseline, so it cannot slow one down. 
 baseline exactly when the precision contract allows it for the candidate. Compiling is the expensive
 part, so a compiled model is kept for the evaluator's lifetime and its median is also cached on disk per
 problem, device, precision, compile mode, input shapes and library versions (for one-shot `eval` runs).
+Every call of a compiled model runs on one thread the timer owns (`BaselineTimer._on_thread`): CUDA-graph trees
+are kept per calling thread.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import triton
@@ -23,6 +27,11 @@ from .roofline import cache_dir
 from .timing import Samples, flush_buffer, measure
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+BASELINE_THREAD = "kw-baselines"
+"""the name (prefix) of the thread every compiled baseline runs on (`BaselineTimer._on_thread`)"""
 
 
 INDUCTOR_LOGGERS = ("torch._inductor", "torch._dynamo")
@@ -60,6 +69,40 @@ class BaselineTimer:
         self._compiled_models: dict[str, Any] = {}
         self._compile_errors: dict[str, str] = {}
         self._flush: torch.Tensor | None = None
+        self._thread: ThreadPoolExecutor | None = None
+        self._thread_lock = threading.Lock()
+
+    def _on_thread(self, fn: Callable[[], T]) -> T:
+        """`fn()` run on the timer's own long-lived thread (started at the first call), waited for, its exception
+        raised here unchanged. Every call of a compiled model goes through it: torch.compile's CUDA-graph trees
+        (max-autotune, reduce-overhead) keep one graph tree and one private memory pool per calling thread, and
+        the evaluator calls the timer from whichever thread it runs on (`Evaluator.prepare` in the background,
+        then each branch's evaluations), so each new thread recorded the graphs again into a pool of its own that
+        lived as long as the compiled model: over a run they piled up. On one thread there is one tree and one pool.
+        The CUDA device made current there is the timer's: the graphs and the timing's GPU spin use the current
+        device. Calls from several threads queue on it (the measurement lock serialises them anyway)."""
+        with self._thread_lock:
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(1, thread_name_prefix=BASELINE_THREAD)
+            thread = self._thread
+
+        def on_device() -> T:
+            if getattr(self.device, "type", None) == "cuda":
+                torch.cuda.set_device(self.device)
+            return fn()
+
+        return thread.submit(on_device).result()
+
+    def close(self) -> None:
+        """Let the timer's thread end (after a call in flight, which is not waited for: closing must not wait out a
+        compile) and drop the timer's compiled models, so that their CUDA graphs and private pool can go once nothing
+        else holds them (Dynamo's own caches may). A later call would start a new thread and compile again;
+        idempotent."""
+        with self._thread_lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.shutdown(wait=False, cancel_futures=True)
+        self._compiled_models.clear()
 
     @property
     def flush(self) -> torch.Tensor:
@@ -68,6 +111,8 @@ class BaselineTimer:
         return self._flush
 
     def _time(self, model: Any, pool: list[list[Any]], reps: int, warmup: int) -> Samples:
+        """`model` timed on the calling thread, gradients off (grad mode is per thread) and TF32 as the precision
+        contract allows (process-wide flags, restored after)."""
         def run(i: int) -> Any:
             return model(*pool[i])
 
@@ -75,6 +120,8 @@ class BaselineTimer:
             return measure(run, len(pool), self.device, reps=reps, warmup=warmup, flush=self.flush)
 
     def eager(self, pool: list[list[Any]], reps: int, warmup: int = 3) -> Samples:
+        """The eager reference timed on the caller's thread: eager PyTorch records no graphs and keeps no state per
+        thread, so it needs no hop to the timer's thread (`_on_thread`)."""
         return self._time(self.ref.native, pool, reps, warmup)
 
     def cache_key(self, pool: list[list[Any]], mode: str | None = None) -> str:
@@ -147,12 +194,17 @@ class BaselineTimer:
                 pass
         if mode in self._compile_errors:
             return None, self._compile_errors[mode]
-        try:
-            if mode not in self._compiled_models:
+
+        def compile_and_time() -> dict[str, float]:  # runs on the timer's thread (`_on_thread`)
+            model = self._compiled_models.get(mode)
+            if model is None:
                 with tf32_mode(self.ref.precision.allows_tf32):
-                    self._compiled_models[mode] = torch.compile(self.ref.native, mode=mode)
+                    model = self._compiled_models[mode] = torch.compile(self.ref.native, mode=mode)
             with quiet_inductor():  # the compile (and autotuning) happens at the first call
-                summary = self._time(self._compiled_models[mode], pool, reps, max(warmup, 3)).summary()
+                return self._time(model, pool, reps, max(warmup, 3)).summary()
+
+        try:
+            summary = self._on_thread(compile_and_time)
         except Exception as e:  # noqa: BLE001 - a reference Inductor cannot compile is reported, not fatal
             err = f"torch.compile ({mode}) failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             self._compile_errors[mode] = err

@@ -216,6 +216,8 @@ class Evaluator:
             ordering[1].close()
         if self._own_pool:
             self.pool.close()
+        if self._baselines is not None:  # its thread, and the compiled baselines' CUDA graphs
+            self._baselines.close()
 
     def __enter__(self) -> Evaluator:
         return self
