@@ -20,13 +20,14 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from . import sandbox, wire
+from . import reaper, sandbox, wire
 from .device import resolve_device
 from .locks import lock_paths
 from .result import Reason
@@ -403,6 +404,9 @@ class _Spawner:
     def __init__(self) -> None:
         import queue
 
+        # Made once per process, before its first worker: from here on whatever a candidate leaves behind when
+        # it escapes its worker's process group is re-parented to this process, for `sweep_orphans` to kill.
+        reaper.become_subreaper()
         self._q: queue.Queue[Any] = queue.Queue()
         threading.Thread(target=self._loop, name="kw-spawner", daemon=True).start()
 
@@ -435,6 +439,19 @@ def _spawner() -> _Spawner:
         if _SPAWNER is None:
             _SPAWNER = _Spawner()
         return _SPAWNER
+
+
+_WORKERS: weakref.WeakSet[Worker] = weakref.WeakSet()
+"""Every worker of this process, whichever pool (or none) started it: the sweep must spare them all"""
+_WORKERS_LOCK = threading.Lock()
+
+
+def sweep_orphans() -> list[int]:
+    """Kill what candidates left behind (`reaper.sweep`), sparing every worker of this process that is not yet
+    reaped; the pids killed."""
+    with _WORKERS_LOCK:
+        known = {w.proc.pid for w in _WORKERS if w.proc.returncode is None}
+    return reaper.sweep(known)
 
 
 class Worker:
@@ -479,6 +496,11 @@ class Worker:
             start_new_session=True, preexec_fn=_limit_self, close_fds=True,
         )
         child.close()
+        with _WORKERS_LOCK:
+            _WORKERS.add(self)
+        self.left_behind: list[int] = []
+        """processes killed by the sweep when this worker ended: its candidate's, unless evaluations ran side
+        by side (a process that left its group carries no mark of the worker it came from)"""
         self.wrapped = bool(wrapper)
         self._went = not deferred
         self._ready = False
@@ -736,6 +758,8 @@ class Worker:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             log.warning("worker %s did not die within 10 s of SIGKILL", self.proc.pid)
+        # Its group is dead; what left the group (setsid) was re-parented to this process when its parent ended.
+        self.left_behind += sweep_orphans()
 
     def close(self) -> None:
         if self.proc.poll() is None and self._ready:
@@ -842,6 +866,7 @@ class WorkerPool:
             dry = not self._ready
         for w in failed:
             w.close()
+        sweep_orphans()  # nothing a candidate left running shares the machine with the next one
         worker.go()
         if dry:
             self.fill()
