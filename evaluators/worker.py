@@ -149,16 +149,48 @@ def _error_kind(e: BaseException) -> str:
     return "exception"
 
 
+def _chain(e: BaseException, depth: int = 8) -> list[BaseException]:
+    """`e` and the exceptions it was raised from (`raise ... from`), outermost first; bounded and cycle-safe, since
+    a candidate's exception objects are its own. Not the implicit context: an exception handled earlier, elsewhere,
+    would name a line that has nothing to do with this error."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = e
+    while cur is not None and len(chain) < depth and all(cur is not c for c in chain):
+        chain.append(cur)
+        cur = cur.__cause__
+    return chain
+
+
+def _is_interpreter_error(e: BaseException) -> bool:
+    """Triton's interpreter wrapper, known by name and package (its module moved between Triton releases)."""
+    return type(e).__name__ == "InterpreterError" and type(e).__module__.split(".")[0] == "triton"
+
+
+def _interpreter_root(chain: list[BaseException]) -> BaseException | None:
+    """The error Triton's interpreter wrapped, when the outermost exception is its wrapper: it raises
+    `InterpreterError(repr(error)) from error` at each jit function's boundary (the launch, and each call of a
+    @triton.jit helper), so a helper's error reached the model as a repr of a repr."""
+    if not _is_interpreter_error(chain[0]):
+        return None
+    return next((c for c in chain if not _is_interpreter_error(c)), None)
+
+
 def _describe(e: BaseException, candidate_file: str, limit: int = 4000) -> str:
     """The exception and the candidate's own frames (the harness's frames say nothing useful). An error inside a
-    kernel run by Triton's interpreter is raised again at the launch, its kernel frames left on the cause: those are
-    added, so the message names the kernel's line, not only the launch's (a model had only the launch line)."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == candidate_file]
-    cause = e.__cause__
-    inner = [f for f in traceback.extract_tb(cause.__traceback__) if f.filename == candidate_file] \
-        if cause is not None and cause.__traceback__ is not None else []
-    lines = [f'  candidate line {f.lineno}, in {f.name}: {f.line or ""}' for f in (frames + inner)[-6:]]
-    text = "\n".join(lines + [f"{type(e).__name__}: {e}"])
+    kernel run by Triton's interpreter is raised again at the launch, and again at each call of a @triton.jit
+    helper, each time with the inner frames left on its cause: the whole chain is walked, so the message names the
+    line of the kernel or helper where it happened, not only the launch's (a model shown only the launch line, then
+    only the line calling a helper, could not tell which statement the interpreter refused). Only frames of the
+    candidate's own file are shown; the interpreter's wrapper is unwrapped to the error it carries."""
+    chain = _chain(e)
+    # outermost first: an exception's traceback runs from where it was caught to where it was raised, and its cause's
+    # from there inward (the forward's launch, then the kernel's line calling a helper, then the helper's)
+    frames = [f for c in chain if c.__traceback__ is not None
+              for f in traceback.extract_tb(c.__traceback__) if f.filename == candidate_file]
+    lines = [f'  candidate line {f.lineno}, in {f.name}: {f.line or ""}' for f in frames[-6:]]
+    root = _interpreter_root(chain)
+    message = f"{type(e).__name__}: {type(root).__name__}: {root}" if root is not None else f"{type(e).__name__}: {e}"
+    text = "\n".join(lines + [message])
     return text[-limit:]
 
 
