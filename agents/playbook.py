@@ -10,20 +10,22 @@ choice is tested without a run; `for_strategist` and `remember` are the two plac
 from __future__ import annotations
 
 import ast
+import json
 import logging
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from kernelwright import prompts
 from kernelwright.evaluators import pyast
 from kernelwright.evaluators.kinds import problem_kinds
 from kernelwright.tools.knowledge import (EVIDENCE_CHARS, EVIDENCE_LINES, WHAT_CHARS, Knowledge, KnowledgeStore, now,
                                           problem_name)
+from kernelwright.tools.runstore import Run, RunError
 
 from .briefing import PLAYBOOK_CHARS, clip
 from .schemas import Diagnosis
@@ -379,36 +381,139 @@ def winning(step: Step, archive: Archive, noise_band: float) -> bool:
     return step.measured_speedup - 1 > band
 
 
+def knowledge_entry(run: Run, result: Mapping[str, Any], step: Step, archive: Archive, *,
+                    versions: Mapping[str, str], gpu: str | None, strategist: str, date: str | None = None) -> Knowledge:
+    """The store's entry for a winning step: the one construction that `remember` (as the run goes) and `learn`
+    (later, from the run's records) share, so an entry learned from a run's folder is the one the run would have
+    kept. `result` holds the step's proposal, diagnosis, outcome and coder (as dicts: a live result or a trace
+    record); `versions` are the child's verdict's (its GPU when it names one, else `gpu`); the noise band is the
+    child's or its parent's (`archive`), the wider, as `winning` judged it; `strategist` is the model that proposed
+    the move (a person's kernel says human); `date` defaults to now."""
+    outcome, proposal = result.get("outcome") or {}, result.get("proposal") or {}
+    diagnosis, coder = result.get("diagnosis") or {}, result.get("coder") or {}
+    parent = archive.entries.get(step.parent_id)
+    return Knowledge(
+        id=f"{run.id}/{step.step_id}", date=date or now(), run_id=run.id, step_id=step.step_id or str(step.step),
+        problem=problem_name(run.info().problem), kinds=list(problem_kinds(run.problem_source(), run.info().problem)),
+        gpu=versions.get("gpu") or gpu or "unknown",
+        versions={k: versions[k] for k in ("torch", "triton") if k in versions},
+        bottleneck=str(diagnosis.get("bottleneck") or "unknown"),
+        evidence=[_short(str(x), EVIDENCE_CHARS) for x in (diagnosis.get("evidence") or [])[:EVIDENCE_LINES]],
+        category=str(proposal.get("category") or "other"), key=step.proposal_key,
+        what=_short(str(proposal.get("what") or ""), WHAT_CHARS), speedup=float(step.measured_speedup or 1.0),
+        noise_band=max(float(outcome.get("noise_band") or 0.0), parent.noise_band if parent is not None else 0.0),
+        child_ms=outcome.get("median_ms"), vs_compile=outcome.get("speedup_vs_compile"),
+        fraction_of_floor=outcome.get("fraction_of_floor"),
+        policy="human" if coder.get("policy") == "human" else strategist)
+
+
 def remember(ctx: RunContext, result: dict[str, Any], step: Step, archive: Archive) -> Knowledge | None:
     """After the archive admitted a step (`roles.archive_step`): keep it in the knowledge store when it won
     (`winning`) and the run uses the store. The entry or None. A store that cannot be written is logged: the
     run goes on."""
-    cfg, run = ctx.config, ctx.run
+    cfg = ctx.config
     outcome = result.get("outcome") or {}
     if not cfg.use_knowledge or not result.get("proposal") or \
             not winning(step, archive, float(outcome.get("noise_band") or 0.0)):
         return None  # a kernel a person gave, with no proposal, names no move to remember
     try:
-        proposal, diagnosis = result.get("proposal") or {}, result.get("diagnosis") or {}
         verdict = ctx.evaluations.cached(step.child_id or "")
         versions = dict(verdict.versions) if verdict is not None else {}
-        gpu = versions.get("gpu") or _run_gpu(ctx, result.get("branch") or 0) or "unknown"
-        coder = result.get("coder") or {}
-        entry = Knowledge(
-            id=f"{run.id}/{step.step_id}", date=now(), run_id=run.id, step_id=step.step_id or str(step.step),
-            problem=problem_name(run.info().problem), kinds=_kinds(ctx), gpu=gpu,
-            versions={k: versions[k] for k in ("torch", "triton") if k in versions},
-            bottleneck=str(diagnosis.get("bottleneck") or "unknown"),
-            evidence=[_short(str(x), EVIDENCE_CHARS) for x in (diagnosis.get("evidence") or [])[:EVIDENCE_LINES]],
-            category=str(proposal.get("category") or "other"), key=step.proposal_key,
-            what=_short(str(proposal.get("what") or ""), WHAT_CHARS), speedup=float(step.measured_speedup or 1.0),
-            noise_band=max(float(outcome.get("noise_band") or 0.0),
-                           archive.entries[step.parent_id].noise_band if step.parent_id in archive.entries else 0.0),
-            child_ms=outcome.get("median_ms"), vs_compile=outcome.get("speedup_vs_compile"),
-            fraction_of_floor=outcome.get("fraction_of_floor"),
-            policy="human" if coder.get("policy") == "human" else cfg.model_for("strategist"))
+        gpu = None if versions.get("gpu") else _run_gpu(ctx, result.get("branch") or 0)
+        entry = knowledge_entry(ctx.run, result, step, archive, versions=versions, gpu=gpu,
+                                strategist=cfg.model_for("strategist"))
         KnowledgeStore(cfg.knowledge).append(entry)
         return entry
     except Exception as e:  # noqa: BLE001 - the store is a memory for later runs: failing it must not end this one
         log.warning("could not record step %s in the knowledge store: %s: %s", step.step_id, type(e).__name__, e)
         return None
+
+
+class Learned(BaseModel):
+    """What `learn` took from one run's records."""
+
+    added: list[Knowledge] = Field(default_factory=list)
+    """the entries added to the store"""
+    already: int = 0
+    """winning steps whose entries the store held already (by id)"""
+    not_won: int = 0
+    """steps that did not win (`winning`), or named no move (a person's kernel, no proposal)"""
+    unreadable: int = 0
+    """step records that could not be read (their decision is missing or malformed)"""
+
+
+def run_archive(run: Run) -> Archive:
+    """The run's last stored archive; without one (a run killed before its first generation was stored), the noise
+    bands its trace's children were measured with, so that each step's parent band is still known where the
+    parent is a child of the run (a seed's band is then taken as 0)."""
+    from .archive import Archive, Entry
+
+    versions = sorted(int(p.stem) for p in (run.path / "archive").glob("*.json") if p.stem.isdigit())
+    for v in reversed(versions):
+        try:
+            return Archive.model_validate(run.archive(v))
+        except (RunError, ValidationError):
+            continue
+    entries = {}
+    for r in run.trace():
+        o = r.get("outcome") if isinstance(r, dict) else None
+        if isinstance(o, dict) and o.get("child_id"):
+            entries[o["child_id"]] = Entry(id=o["child_id"], noise_band=float(o.get("noise_band") or 0.0))
+    return Archive(entries=entries)
+
+
+def run_gpu_named(run: Run) -> str | None:
+    """The GPU a finished run's device facts name (`devices/*.json`), when they name one GPU: what `remember` asks the
+    live evaluation service for when a verdict names none."""
+    names = set()
+    for p in (run.path / "devices").glob("*.json"):
+        try:
+            name = json.loads(p.read_text()).get("name")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if name:
+            names.add(str(name))
+    return names.pop() if len(names) == 1 else None
+
+
+def learn(run: Run, store: KnowledgeStore) -> Learned:
+    """Add to `store` an entry for every step of a finished or stopped run (its `trace.jsonl`) that won, as `remember`
+    would have built it, skipping ids the store holds: a run made on a GPU host given back, or with
+    `--no-knowledge`, kept nothing. The entry's date is the step's. A RunError when the run has no step record."""
+    from .archive import Step
+
+    records = run.trace()
+    if not records:
+        raise RunError(f"run {run.id} ({run.path}) has no step records (trace.jsonl): nothing to learn from")
+    archive = run_archive(run)
+    held = {e.id for e in store.entries()}
+    out = Learned()
+    gpu: str | None = None
+    for r in records:
+        try:
+            step = Step.model_validate(r.get("decision"))
+        except ValidationError:
+            out.unreadable += 1
+            continue
+        outcome = r.get("outcome") or {}
+        if not r.get("proposal") or not winning(step, archive, float(outcome.get("noise_band") or 0.0)):
+            out.not_won += 1
+            continue
+        if f"{run.id}/{step.step_id}" in held:
+            out.already += 1
+            continue
+        versions = {str(k): str(v) for k, v in ((run.eval(step.child_id or "") or {}).get("versions") or {}).items()}
+        if not versions.get("gpu") and gpu is None:
+            gpu = run_gpu_named(run)
+        models = r.get("role_models") or {}
+        try:
+            entry = knowledge_entry(run, r, step, archive, versions=versions, gpu=gpu,
+                                    strategist=models.get("strategist") or r.get("policy") or "unknown",
+                                    date=r.get("time") or None)
+        except ValidationError:
+            out.unreadable += 1
+            continue
+        store.append(entry)
+        held.add(entry.id)
+        out.added.append(entry)
+    return out

@@ -897,7 +897,7 @@ def report_cmd(
 knowledge_app = typer.Typer(
     help="What earlier runs learned on this machine: their winning steps (symptom -> move -> measured effect, GPU, "
          "problem kind, run and step), shown to later runs' strategists. list, show ID, export [FILE], import FILE, "
-         "clear.",
+         "learn RUN..., clear.",
     no_args_is_help=True)
 app.add_typer(knowledge_app, name="knowledge")
 StoreOpt = Annotated[Optional[Path], typer.Option(
@@ -1015,6 +1015,55 @@ def knowledge_import_cmd(
                      + (f"; {already} were there already" if already else "")
                      + (f"; {len(bad)} line(s) are not entries and were skipped (first: line {bad[0]})" if bad else "")
                      + "\n")
+
+
+def _learn_source(given: str, run_dir: Path):  # type: ignore[no-untyped-def]
+    """The run RUN names: a run's folder (it holds run.json), else a run id in `run_dir`; one sentence otherwise."""
+    from kernelwright.tools.runstore import Run, RunError, RunStore
+
+    path = Path(given).expanduser()
+    if path.is_dir():
+        if not (path / "run.json").is_file():
+            raise _usage_error(f"{given} is not a run's folder (it has no run.json): give a folder under runs/ or "
+                               "a run id")
+        return Run(path)
+    if path.exists():
+        raise _usage_error(f"{given} is a file, not a run's folder: give a folder under runs/ or a run id")
+    try:
+        return RunStore(run_dir).open(given)
+    except RunError as e:
+        raise _usage_error(f"{e}: give a run's folder or a run id") from None
+
+
+@knowledge_app.command("learn")
+def knowledge_learn_cmd(
+    runs: Annotated[list[str], typer.Argument(metavar="RUN", help=(
+        "a finished or stopped run: its folder, or its id in --run-dir"))],
+    knowledge: StoreOpt = None,
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="folder of run directories")] = Path("runs"),
+) -> None:
+    """Add the winning steps of runs' records to the store, as the runs would have (a run on a GPU host given back,
+    or made with --no-knowledge, kept none); ids the store holds are skipped."""
+    from kernelwright.agents.playbook import learn
+    from kernelwright.tools.runstore import RunError
+
+    store = _store(knowledge)
+    found = [(given, _learn_source(given, run_dir)) for given in runs]
+    for given, run in found:  # every run is checked before any is learned from
+        if not run.trace():
+            raise _usage_error(f"{given} has no step records (its trace.jsonl is missing or empty): nothing to learn")
+    for given, run in found:
+        try:
+            got = learn(run, store)
+        except RunError as e:
+            raise _usage_error(e) from None
+        except OSError as e:
+            raise _usage_error(f"cannot learn from {given}: {e.strerror or e}"
+                               + (f" ({e.filename})" if e.filename else "")) from None
+        sys.stdout.write(f"learned {len(got.added)} entries from {given} ({got.already} already held; "
+                         f"{got.not_won} steps did not win"
+                         + (f"; {got.unreadable} step records could not be read" if got.unreadable else "") + ")\n")
+    _skipped(store)
 
 
 @knowledge_app.command("clear")

@@ -170,3 +170,62 @@ def test_import_what_another_machine_learned(store: KnowledgeStore, tmp_path: Pa
         .startswith(f"cannot read {tmp_path / 'missing.jsonl'}: ")
     said = one_sentence(invoke("knowledge", "import", tmp_path, "--knowledge", store.path))
     assert said == f"{tmp_path} is a folder: give the file `kernelwright knowledge export` wrote"
+
+
+def _one_run() -> Any:
+    """The real graph's one winning step with a scripted model, as on a GPU (tests/agents/test_playbook.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("playbook_runs", REPO / "tests" / "agents" / "test_playbook.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.one_run
+
+
+def test_learn_a_runs_winning_steps_as_the_run_would_have(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run made with --no-knowledge (or on a GPU host given back) kept nothing: `learn` reads its records and adds
+    the entry the run would have added (every field but the date, which is the step's), once."""
+    one_run = _one_run()
+    kept, learned = tmp_path / "kept.jsonl", tmp_path / "learned.jsonl"
+    with_store, _, _ = one_run(tmp_path, monkeypatch, PROBLEM, "NVIDIA H100 80GB HBM3", knowledge=str(kept))
+    without, _, rec = one_run(tmp_path, monkeypatch, PROBLEM, "NVIDIA H100 80GB HBM3", knowledge=str(learned),
+                              use_knowledge=False)
+    assert not learned.exists()
+    # a second step that lost (the archive rejected it): not learned, and counted
+    lost = rec.model_dump(mode="json")
+    lost.update(step_id="g2b0", decision={**lost["decision"], "decision": "rejected", "step": 1, "step_id": "g2b0"})
+    without.append_step(lost)
+    r = invoke("knowledge", "learn", without.path, "--knowledge", learned)
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == f"learned 1 entries from {without.path} (0 already held; 1 steps did not win)"
+    (got,), (recorded,) = KnowledgeStore(learned).entries(), KnowledgeStore(kept).entries()
+    assert (got.id, got.run_id, got.step_id, got.date) == (f"{without.id}/g1b0", without.id, "g1b0", rec.time)
+    assert recorded.id == f"{with_store.id}/g1b0"
+    assert got.model_dump(exclude={"id", "run_id", "date"}) == recorded.model_dump(exclude={"id", "run_id", "date"})
+    assert got.key == "vector-loads-4" and got.gpu == "NVIDIA H100 80GB HBM3" and got.child_ms == 0.8
+    # again, by its id in --run-dir, with the run that kept its own: nothing new
+    r = invoke("knowledge", "learn", without.id, with_store.id, "--run-dir", tmp_path / "runs", "--knowledge", kept)
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == [f"learned 1 entries from {without.id} (0 already held; 1 steps did not win)",
+                                     f"learned 0 entries from {with_store.id} (1 already held; 0 steps did not win)"]
+    r = invoke("knowledge", "learn", without.id, "--run-dir", tmp_path / "runs", "--knowledge", kept)
+    assert r.output.strip() == f"learned 0 entries from {without.id} (1 already held; 1 steps did not win)"
+    assert len(KnowledgeStore(kept).entries()) == 2
+
+
+def test_learn_from_what_is_not_a_run(tmp_path: Path) -> None:
+    """A folder that is not a run, a run id that is none, or a run with no step records: one sentence, exit 2,
+    nothing learned (the good run given beside them neither)."""
+    store = tmp_path / "k.jsonl"
+    (tmp_path / "stuff").mkdir()
+    assert one_sentence(invoke("knowledge", "learn", tmp_path / "stuff", "--knowledge", store)) == \
+        f"{tmp_path / 'stuff'} is not a run's folder (it has no run.json): give a folder under runs/ or a run id"
+    assert one_sentence(invoke("knowledge", "learn", "nope", "--run-dir", tmp_path / "runs", "--knowledge", store)) \
+        == f"no run 'nope' in {tmp_path / 'runs'}/: give a run's folder or a run id"
+    from kernelwright.tools.runstore import RunStore
+
+    empty = RunStore(tmp_path / "runs").create(str(PROBLEM), PROBLEM.read_text(), {})
+    assert one_sentence(invoke("knowledge", "learn", empty.path, "--knowledge", store)) == \
+        f"{empty.path} has no step records (its trace.jsonl is missing or empty): nothing to learn"
+    assert not store.exists()
