@@ -129,6 +129,27 @@ def _set_program_order(order: str) -> None:
     builder.set_grid_idx = set_grid_idx
 
 
+def _interpreter_index_compat() -> None:
+    """Triton 3.6's interpreter turns a scalar into an index with `int(data)` of its one-element array, which NumPy 2
+    refuses ("only 0-dimensional arrays can be converted to Python scalars"): `for p in range(0, N, BLOCK)` with N a
+    runtime argument failed in the interpreter for every kernel, and the ordering check refused a model's GroupNorm
+    that is valid on the GPU (issue 23, an H100 run with Triton 3.6). Triton 3.9 squeezes the array first; the same
+    is done here, before the candidate is imported, wherever the interpreter runs it. Idempotent; a Triton without the
+    hook is left as it is."""
+    from triton.runtime import interpreter
+
+    own = getattr(interpreter, "_patch_lang_tensor", None)
+    if own is None or getattr(own, "kw_index_compat", False):
+        return
+
+    def patch_lang_tensor(tensor: Any, scope: Any) -> None:
+        own(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patch_lang_tensor.kw_index_compat = True  # type: ignore[attr-defined]
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
 def _thread_count() -> int:
     """Threads alive besides the main one, however they were started (threading or raw _thread)."""
     import _thread
@@ -342,6 +363,8 @@ class Session:
         cast = payload.get("cast_dtype")
         self.guard.allow_streams = bool(payload.get("allow_streams"))
         order = payload.get("program_order")
+        if self.dev.type == "cpu":
+            _interpreter_index_compat()
         if order is not None:
             if self.dev.type != "cpu":
                 return self._fail("program_order", "a program order can be set only in Triton's interpreter (cpu)")
