@@ -52,8 +52,10 @@ def test_one_gpu_step_shows_real_facts_and_evidence(tmp_path: Path) -> None:
     # the seed was profiled in the loop: the analyst reads a device-time breakdown, Nsight Compute or why not,
     # the measured bandwidth and the floor; the strategist reads the analyst's diagnosis instead (issue 23)
     assert (run.path / "profiles" / f"{rec['parent']}.json").exists()
-    # a model analyses here, so the timed child is profiled too, elite or not (its headline goes to later prompts)
-    assert (run.path / "profiles" / f"{rec['child']}.json").exists()
+    # an elite child is profiled (the next step's parent); a losing one only for later prompts' history lines, so
+    # never in a run's last generation, where no later prompt reads it (`archiving.profile_losers`)
+    elite = rec["decision"]["decision"] == "elite"
+    assert (run.path / "profiles" / f"{rec['child']}.json").exists() == elite, rec["decision"]["decision"]
     assert "device time by kernel (torch.profiler" in analyst and "add_kernel" in analyst
     assert ("Nsight Compute (SOL" in analyst) or ("Nsight Compute unavailable: " in analyst)
     assert "roofline floor" in analyst and "measured copy bandwidth" in analyst
