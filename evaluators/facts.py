@@ -114,10 +114,42 @@ def programs_in(grid: list[int]) -> int:
     return n
 
 
+def second_wave(programs: int, compiled: dict[str, int], f: DeviceFacts) -> str:
+    """What a launch of `programs` programs of a compiled kernel leaves waiting when more than one wave but less
+    than two fit (`residency`): the programs beyond what the SMs hold at once run as a second, partial wave, and
+    where registers bind, the registers per thread at which one wave would hold them all. Empty otherwise (one
+    wave, or a grid of many waves, which is a plain grid's normal way to run).
+
+    A persistent grid of 5 programs per SM on an H100 compiled to 107 registers (4 per SM): 132 of its 660
+    programs ran as a second wave and its ticket waits spun; the model saw it only by comparing the numbers
+    (issue 23: "A direct 'grid exceeds resident capacity' line would help")."""
+    fit = residency(compiled, f)
+    if not fit or fit[0] <= 0 or not f.sms:
+        return ""
+    per_sm, why = fit
+    resident = per_sm * f.sms
+    if not resident < programs < 2 * resident:
+        return ""
+    regs = compiled.get("registers")
+    limit = f"limited by {why}" + (f": {regs} per thread" if "registers" in why and regs else "")
+    text = (f"grid exceeds resident capacity: {programs} programs > {resident} resident at once ({per_sm} per SM "
+            f"x {f.sms} SMs, {limit}), so {programs - resident} wait for a second, partial wave "
+            f"({programs / resident:.3g} waves)")
+    need = -(-programs // f.sms)  # programs per SM that would hold the whole grid in one wave
+    if "registers" in why and regs:
+        # the same occupancy model at fewer registers: the most that still lets `need` programs share an SM
+        fewer = next((r for r in range(regs - 1, 0, -1)
+                      if (residency({**compiled, "registers": r}, f) or (0, ""))[0] >= need), None)
+        if fewer is not None:
+            text += f"; at {fewer} registers or fewer, {need} per SM would hold all {programs}"
+    return text
+
+
 def waves_line(kernels: list[dict], f: DeviceFacts, limit: int = 2) -> str:
     """The compiled kernels of a draft as the quick check reports them: per kernel (at most `limit`, in the
     order given) its largest grid, registers, spills, warps and shared memory, the programs one SM holds at once and the
-    waves its grid makes on the device's SMs. Empty where nothing was compiled (Triton's interpreter)."""
+    waves its grid makes on the device's SMs, or, where its grid is more than one wave but less than two, what
+    waits for the second (`second_wave`). Empty where nothing was compiled (Triton's interpreter)."""
     parts = []
     for k in kernels[:limit]:
         c = k.get("compiled") or {}
@@ -132,7 +164,10 @@ def waves_line(kernels: list[dict], f: DeviceFacts, limit: int = 2) -> str:
             res += f", {_size(c['shared_bytes'])} shared"
         line = f"{k.get('name')}: grid {'x'.join(map(str, grid)) or '?'} ({res})"
         fit = residency(c, f)
-        if fit and fit[0] > 0 and f.sms and grid:
+        partial = second_wave(programs, c, f) if grid else ""
+        if partial:
+            line += f"; {partial}"
+        elif fit and fit[0] > 0 and f.sms and grid:
             per_sm, why = fit
             line += (f"; {per_sm} program{'s' if per_sm != 1 else ''} per SM at once (limited by {why}), so "
                      f"{programs} programs make {programs / (per_sm * f.sms):.2g} waves on {f.sms} SMs")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from .facts import DeviceFacts, device_facts, programs_in, second_wave
 from .locks import measurement_lock
 from .pool import Limits, Worker, WorkerFault, WorkerStartFailure
 from .result import Reason, Timing
@@ -128,6 +129,9 @@ class Profile(BaseModel):
     problem_bytes: float | None = Field(
         default=None, description="the least bytes one forward must move (inputs, parameters, outputs), where no "
                                   "timing carries them (`Timing.bytes`), e.g. on the CPU")
+    device: DeviceFacts | None = Field(
+        default=None, description="the GPU's resources (SMs, registers, shared memory), against which a launch's "
+                                  "grid is counted in waves (`facts.second_wave`); None on the CPU")
 
 
 def ncu_unavailable_reason() -> str | None:
@@ -418,11 +422,15 @@ def render(profile: Profile, limit: int = 2500) -> str:
         grids = k.get("grids") or []
         per_fwd, n = k.get("arg_bytes_per_forward"), k.get("launches_per_forward")
         args = f"; args {_fmt_bytes(per_fwd / n)}" if isinstance(per_fwd, (int, float)) and n else ""
-        out.append((MID if i < 2 else LOW,
+        # a grid of more than one wave but less than two (the problem's own launch, the largest) is said outright,
+        # and kept when the text is cut: a persistent kernel's programs beyond one wave wait (issue 23)
+        partial = second_wave(max(programs_in(g) for g in grids), c, profile.device) \
+            if c and grids and profile.device else ""
+        out.append((HIGH if partial else MID if i < 2 else LOW,
                     f"- {k['name'][:60]}: {k.get('launches', 0)} launches, grid {grids[0] if grids else '?'}"
                     + (f" (+{len(grids) - 1} other grids)" if len(grids) > 1 else "") + args
                     + (f"; {res}" if res else "; compiled resources unavailable (nothing is compiled in Triton's "
-                       "interpreter)" if not c else "")))
+                       "interpreter)" if not c else "") + (f"; {partial}" if partial else "")))
     if profile.breakdown:
         parts = [f"{r.name[:40]} {r.total_us / max(r.calls, 1):.1f} µs×{r.calls} ({r.share:.0%})" for r in profile.breakdown[:5]]
         out.append((MID, "device time by kernel (torch.profiler, one input set): " + "; ".join(parts)))
@@ -507,6 +515,10 @@ def profile_candidate(result: EvalResult, *, device: torch.device, pool: WorkerP
         prof.ncu = NcuReport(available=False, why="no GPU: kernels ran in Triton's interpreter")
         prof.text = render(prof)
         return prof
+    try:  # informative: the waves a launch's grid makes are said only where the device's resources are known
+        prof.device = device_facts(device)
+    except Exception:  # noqa: BLE001
+        prof.device = None
     trial_inputs = draw_inputs()
     lay = layouts(trial_inputs)
     worker = pool.acquire()

@@ -45,9 +45,15 @@ def test_the_waves_of_a_grid() -> None:
                         "compiled": {"registers": 80, "spills": 0, "num_warps": 8, "shared_bytes": 2048}},
                        {"name": "_tail", "grids": [[8, 2]], "compiled": {"registers": 40, "num_warps": 4}},
                        {"name": "_third", "grids": [[1]], "compiled": {"registers": 40, "num_warps": 4}}], H100)
+    # 1.33 waves: a partial second wave, said outright with the registers that would hold the grid in one
     assert line.startswith("compiled: _gn_persistent: grid 528 (80 registers, 0 spills, 8 warps, 2.05 KB shared); "
-                           "3 programs per SM at once (limited by registers), so 528 programs make 1.3 waves on 132 "
-                           "SMs; _tail: grid 8x2") and "_third" not in line
+                           "grid exceeds resident capacity: 528 programs > 396 resident at once (3 per SM x 132 SMs, "
+                           "limited by registers: 80 per thread), so 132 wait for a second, partial wave (1.33 "
+                           "waves); at 64 registers or fewer, 4 per SM would hold all 528; _tail: grid 8x2") \
+        and "_third" not in line
+    many = waves_line([{"name": "_gn", "grids": [[4096]], "compiled": {"registers": 80, "num_warps": 8}}], H100)
+    assert many == ("compiled: _gn: grid 4096 (80 registers, 8 warps); 3 programs per SM at once (limited by "
+                    "registers), so 4096 programs make 10 waves on 132 SMs")
     assert waves_line([{"name": "k", "grids": [[4]], "compiled": {}}], H100) == ""
 
 
@@ -73,5 +79,7 @@ def test_the_coder_reads_them_after_a_quick_check(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(test_tuning, "Scripted", lambda script: model)
     gpu_run(tmp_path, monkeypatch, answers)
     reply = next(m.content for m in model.seen[4] if getattr(m, "tool_call_id", None) == "quick_check-3")
-    assert "pass" in reply and "compiled: add_kernel: grid 528 (80 registers, 0 spills, 8 warps); 3 programs per " \
-                               "SM at once (limited by registers), so 528 programs make 1.3 waves on 132 SMs" in reply
+    assert "pass" in reply and "compiled: add_kernel: grid 528 (80 registers, 0 spills, 8 warps); grid exceeds " \
+                               "resident capacity: 528 programs > 396 resident at once (3 per SM x 132 SMs, limited " \
+                               "by registers: 80 per thread), so 132 wait for a second, partial wave (1.33 waves); " \
+                               "at 64 registers or fewer, 4 per SM would hold all 528" in reply
