@@ -15,7 +15,8 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import queue
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -59,6 +60,45 @@ GRAPH_INPUT_MAX_SHARE = 1 / 32
 """a CUDA-graph mode is not timed when one input set exceeds this share of the device's memory (2.5 GB of 80)"""
 
 
+class LaneClosed(RuntimeError):
+    """The timer was closed before this call of a compiled baseline ran (`BaselineTimer.close`)."""
+
+
+class _Lane:
+    """One daemon thread that runs calls in order, each waited for by its caller (`BaselineTimer._on_thread`).
+    A daemon, unlike an executor's thread: Python joins an executor's threads at exit, so a Ctrl-C during a
+    max-autotune compile would wait the compile out (minutes); a caller waiting here is interrupted at once."""
+
+    def __init__(self) -> None:
+        self._q: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._stopped = False
+        threading.Thread(target=self._loop, name=BASELINE_THREAD, daemon=True).start()
+
+    def _loop(self) -> None:
+        while (item := self._q.get()) is not None:
+            fn, fut = item
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller, raised there
+                fut.set_exception(e)
+
+    def run(self, fn: Callable[[], T]) -> T:
+        fut: Future[T] = Future()
+        with self._lock:  # a call is queued before the stop sentinel or refused: it never waits forever
+            if self._stopped:
+                raise LaneClosed("the baseline timer was closed")
+            self._q.put((fn, fut))
+        return fut.result()
+
+    def stop(self) -> None:
+        """End the thread after the calls queued so far (not waited for)."""
+        with self._lock:
+            if not self._stopped:
+                self._stopped = True
+                self._q.put(None)
+
+
 class BaselineTimer:
     """Times the reference model (eager and compiled) on a pool of input sets with `timing.measure`."""
 
@@ -69,7 +109,8 @@ class BaselineTimer:
         self._compiled_models: dict[str, Any] = {}
         self._compile_errors: dict[str, str] = {}
         self._flush: torch.Tensor | None = None
-        self._thread: ThreadPoolExecutor | None = None
+        self._closed_gen = 0
+        self._thread: _Lane | None = None
         self._thread_lock = threading.Lock()
 
     def _on_thread(self, fn: Callable[[], T]) -> T:
@@ -80,28 +121,32 @@ class BaselineTimer:
         then each branch's evaluations), so each new thread recorded the graphs again into a pool of its own that
         lived as long as the compiled model: over a run they piled up. On one thread there is one tree and one pool.
         The CUDA device made current there is the timer's: the graphs and the timing's GPU spin use the current
-        device. Calls from several threads queue on it (the measurement lock serialises them anyway)."""
+        device. Calls from several threads queue on it (the measurement lock serialises them anyway); a call from
+        that thread itself runs in place."""
+        if threading.current_thread().name.startswith(BASELINE_THREAD):
+            return fn()
         with self._thread_lock:
             if self._thread is None:
-                self._thread = ThreadPoolExecutor(1, thread_name_prefix=BASELINE_THREAD)
-            thread = self._thread
+                self._thread = _Lane()
+            lane = self._thread
 
         def on_device() -> T:
             if getattr(self.device, "type", None) == "cuda":
                 torch.cuda.set_device(self.device)
             return fn()
 
-        return thread.submit(on_device).result()
+        return lane.run(on_device)
 
     def close(self) -> None:
         """Let the timer's thread end (after a call in flight, which is not waited for: closing must not wait out a
         compile) and drop the timer's compiled models, so that their CUDA graphs and private pool can go once nothing
-        else holds them (Dynamo's own caches may). A later call would start a new thread and compile again;
-        idempotent."""
+        else holds them (Dynamo's own caches may). A compile in flight keeps its model out of the timer. A later
+        call would start a new thread and compile again; idempotent."""
         with self._thread_lock:
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.shutdown(wait=False, cancel_futures=True)
+            lane, self._thread = self._thread, None
+            self._closed_gen += 1
+        if lane is not None:
+            lane.stop()
         self._compiled_models.clear()
 
     @property
@@ -195,16 +240,22 @@ class BaselineTimer:
         if mode in self._compile_errors:
             return None, self._compile_errors[mode]
 
+        gen = self._closed_gen
+
         def compile_and_time() -> dict[str, float]:  # runs on the timer's thread (`_on_thread`)
             model = self._compiled_models.get(mode)
             if model is None:
                 with tf32_mode(self.ref.precision.allows_tf32):
-                    model = self._compiled_models[mode] = torch.compile(self.ref.native, mode=mode)
+                    model = torch.compile(self.ref.native, mode=mode)
+                if gen == self._closed_gen:  # a timer closed meanwhile keeps no model (nor its graphs' pool)
+                    self._compiled_models[mode] = model
             with quiet_inductor():  # the compile (and autotuning) happens at the first call
                 return self._time(model, pool, reps, max(warmup, 3)).summary()
 
         try:
             summary = self._on_thread(compile_and_time)
+        except LaneClosed as e:  # the evaluator is closing: not the compile's failure, not remembered as one
+            return None, str(e)
         except Exception as e:  # noqa: BLE001 - a reference Inductor cannot compile is reported, not fatal
             err = f"torch.compile ({mode}) failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             self._compile_errors[mode] = err

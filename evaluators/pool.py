@@ -449,8 +449,10 @@ _WORKERS_LOCK = threading.Lock()
 def sweep_orphans() -> list[int]:
     """Kill what candidates left behind (`reaper.sweep`), sparing every worker of this process that is not yet
     reaped; the pids killed."""
-    with _WORKERS_LOCK:
-        known = {w.proc.pid for w in _WORKERS if w.proc.returncode is None}
+    def known() -> set[int]:
+        with _WORKERS_LOCK:
+            return {w.proc.pid for w in _WORKERS if w.proc.returncode is None}
+
     return reaper.sweep(known)
 
 

@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,23 @@ def become_subreaper() -> bool:
             if not _subreaper:
                 log.warning("this process cannot adopt what a candidate leaves behind (%s): a process that "
                             "leaves its worker's process group may outlive the evaluation", why)
+            elif _indistinct():
+                log.warning("this process already has no_new_privs and a seccomp filter, and the kernel does not "
+                            "count filters (before Linux 5.9): what a candidate leaves behind cannot be told from "
+                            "this process's own children, so none is killed")
         return _subreaper
+
+
+def _indistinct() -> bool:
+    """Whether a worker cannot look more confined than this process (`sweep`'s mark): this process has
+    no_new_privs and a seccomp filter already, and the kernel gives the filters' mode, not their count."""
+    try:
+        with open("/proc/self/status") as f:
+            keys = dict(line.partition(":")[::2] for line in f)
+    except OSError:
+        return False
+    return "Seccomp_filters" not in keys and keys.get("NoNewPrivs", "").strip() == "1" \
+        and keys.get("Seccomp", "").strip() == "2"
 
 
 def _ask() -> tuple[bool, str]:
@@ -125,9 +142,12 @@ def _reap(pid: int, wait_s: float) -> bool:
         time.sleep(0.005)
 
 
-def sweep(known: set[int]) -> list[int]:
-    """Kill and reap this process's confined children that are not in `known` (the live workers' pids); the
-    pids killed. Confined zombies (orphans that ended by themselves) are reaped too, and not counted.
+def sweep(known: Callable[[], set[int]]) -> list[int]:
+    """Kill and reap this process's confined children that are not in `known()` (the live workers' pids, asked
+    again in every round, after the scan: a spare started while another sweep held the lock is confined a second
+    after it is spawned and must not be taken for an orphan); the pids killed. Confined zombies (orphans that ended
+    by themselves) are reaped too, and not counted. An orphan still in a live worker's process group is left to
+    that worker's own end (its group is killed with it), so that one evaluation's sweep never ends another's.
 
     A confined child of ours that is not a live worker is something a candidate left behind: the kernel made
     it ours when its parent ended. Its process group goes with it unless the group is ours. Killing it hands
@@ -142,8 +162,10 @@ def sweep(known: set[int]) -> list[int]:
     with _sweep_lock:
         for _ in range(_MAX_ROUNDS):
             found = False
-            for pid, state, pgrp in _children(me):
-                if pid in known or pid in handled:
+            children = _children(me)
+            live = known()  # workers' pids, which are also their process groups
+            for pid, state, pgrp in children:
+                if pid in live or pgrp in live or pid in handled:
                     continue
                 conf = _confinement(pid)
                 if conf is None or not (conf[0] > own[0] or conf[1] > own[1]):

@@ -92,9 +92,9 @@ def test_an_escaped_confined_grandchild_is_adopted_and_killed() -> None:
 ok = reaper.become_subreaper()
 pid = escapee()
 adopted = ppid(pid) == os.getpid()
-killed = reaper.sweep(set())
+killed = reaper.sweep(set)
 print(json.dumps({"ok": ok, "pid": pid, "adopted": adopted, "killed": killed, "alive": alive(pid),
-                  "again": reaper.sweep(set())}))
+                  "again": reaper.sweep(set)}))
 """)
     try:
         assert out["ok"], out
@@ -114,11 +114,48 @@ os.kill(pid, 9)
 time.sleep(0.3)
 with open(f"/proc/{pid}/stat") as f:
     zombie = f.read().split(") ")[1][0] == "Z"
-killed = reaper.sweep(set())
+killed = reaper.sweep(set)
 print(json.dumps({"zombie": zombie, "killed": killed, "gone": not os.path.exists(f"/proc/{pid}")}))
 """)
     assert out["zombie"], out
     assert out["killed"] == [] and out["gone"], out
+
+
+def test_the_live_workers_are_asked_after_the_scan_and_their_groups_are_spared() -> None:
+    """A spare started while another sweep waited for the lock is confined a second later: the live workers are
+    asked for in each round, after the scan, not once before the lock. And an orphan still in a live worker's
+    process group is that worker's to end (its group dies with it), not another evaluation's sweep's."""
+    out = _scenario("""
+reaper.become_subreaper()
+late = confined_sleeper()  # a worker that registered only after the sweep began
+asked = []
+def known():
+    asked.append(1)
+    return {late.pid} if len(asked) >= 1 else set()
+spared_late = reaper.sweep(known)
+# an orphan in a live worker's group: a confined child of ours whose group is the "worker's" pid
+code = "from kernelwright.evaluators import sandbox; sandbox.no_sockets(); import time; time.sleep(60)"
+leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          process_group=0)  # its own group, as a worker is
+member = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          process_group=leader.pid)
+for p in (leader, member):  # until both are confined
+    for _ in range(1000):
+        with open(f"/proc/{p.pid}/status") as f:
+            if "NoNewPrivs:\t1" in f.read():
+                break
+        time.sleep(0.02)
+spared_group = reaper.sweep(lambda: {late.pid, leader.pid})
+member_alive = alive(member.pid)
+unnamed = reaper.sweep(lambda: {late.pid})  # the group's leader no longer a worker: both go
+for p in (late, leader, member):
+    p.kill()
+print(json.dumps({"late": spared_late, "asked": len(asked), "group": spared_group, "member": member_alive,
+                  "unnamed": sorted(unnamed), "pids": sorted([leader.pid, member.pid])}))
+""")
+    assert out["late"] == [] and out["asked"] >= 1, out
+    assert out["group"] == [] and out["member"], out
+    assert out["unnamed"] == out["pids"], out
 
 
 def test_unconfined_children_and_known_workers_are_spared() -> None:
@@ -126,9 +163,9 @@ def test_unconfined_children_and_known_workers_are_spared() -> None:
 reaper.become_subreaper()
 plain = subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 worker = confined_sleeper()
-spared = reaper.sweep({worker.pid})
+spared = reaper.sweep(lambda: {worker.pid})
 result = {"spared": spared, "plain": alive(plain.pid), "worker": alive(worker.pid)}
-result["unknown"] = reaper.sweep(set()) == [worker.pid]  # the same process, not named: killed
+result["unknown"] = reaper.sweep(set) == [worker.pid]  # the same process, not named: killed
 plain.kill(); plain.wait(); worker.kill()
 print(json.dumps(result))
 """)
