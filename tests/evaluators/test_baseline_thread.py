@@ -113,3 +113,31 @@ def test_closing_the_evaluator_ends_the_timers_thread(monkeypatch: pytest.Monkey
     ev.close()
     worker.join(timeout=5)
     assert not worker.is_alive() and timer._compiled_models == {}
+
+
+def test_the_baseline_thread_never_holds_up_exit_and_a_closed_timer_is_not_a_compile_failure(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The thread is a daemon: Python joins an executor's threads at exit, so a Ctrl-C during a max-autotune compile
+    waited the compile out. A call refused because the timer closed is said, and not remembered as the mode's
+    compile failure (a later timer must try again)."""
+    timer, _ = _timer(monkeypatch, tmp_path, "default")
+    pool = [[torch.ones(4)]]
+    summary, why = timer.compiled(pool, reps=2, warmup=1)
+    assert summary is not None, why
+    (lane,) = [t for t in threading.enumerate() if t.name.startswith(BASELINE_THREAD)]
+    assert lane.daemon
+    # a call in place from the baseline thread itself does not wait on its own queue
+    assert timer._on_thread(lambda: timer._on_thread(lambda: 7)) == 7
+    closed = baselines._Lane()
+    closed.stop()
+    with pytest.raises(baselines.LaneClosed):
+        closed.run(lambda: 1)
+    timer._thread = closed  # closed between the caller's check and its call
+    timer._compiled_models.clear()
+    (tmp_path / "baselines").mkdir(exist_ok=True)
+    for f in (tmp_path / "baselines").glob("*.json"):
+        f.unlink()
+    summary, why = timer.compiled(pool, reps=2, warmup=1)
+    assert summary is None and "closed" in (why or "")
+    assert "default" not in timer._compile_errors
+    timer.close()
