@@ -160,7 +160,10 @@ def _thread_count() -> int:
 def _error_kind(e: BaseException) -> str:
     import torch
 
-    text = f"{type(e).__name__}: {e}"
+    try:
+        text = f"{type(e).__name__}: {e}"
+    except Exception:  # noqa: BLE001 - a candidate's exception whose message cannot be read
+        return "exception"
     if isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in text.lower() or \
             "can't allocate memory" in text.lower():
         return "out_of_memory"
@@ -184,7 +187,7 @@ def _chain(e: BaseException, depth: int = 8) -> list[BaseException]:
 
 def _is_interpreter_error(e: BaseException) -> bool:
     """Triton's interpreter wrapper, known by name and package (its module moved between Triton releases)."""
-    return type(e).__name__ == "InterpreterError" and type(e).__module__.split(".")[0] == "triton"
+    return type(e).__name__ == "InterpreterError" and str(type(e).__module__).split(".")[0] == "triton"
 
 
 def _interpreter_root(chain: list[BaseException]) -> BaseException | None:
@@ -196,7 +199,23 @@ def _interpreter_root(chain: list[BaseException]) -> BaseException | None:
     return next((c for c in chain if not _is_interpreter_error(c)), None)
 
 
+def _safe_name(e: BaseException) -> str:
+    try:
+        return str(type(e).__name__)[:100]
+    except Exception:  # noqa: BLE001 - a candidate's class may be anything
+        return "an exception"
+
+
 def _describe(e: BaseException, candidate_file: str, limit: int = 4000) -> str:
+    """`_described`, or the exception's class name alone where the candidate's exception cannot even be
+    described (a `__str__` that raises, a class whose module is not a string): the reply must still go."""
+    try:
+        return _described(e, candidate_file, limit)
+    except Exception:  # noqa: BLE001 - the candidate's objects, not ours
+        return f"{_safe_name(e)}: (its message could not be read)"
+
+
+def _described(e: BaseException, candidate_file: str, limit: int = 4000) -> str:
     """The exception and the candidate's own frames (the harness's frames say nothing useful). An error inside a
     kernel run by Triton's interpreter is raised again at the launch, and again at each call of a @triton.jit
     helper, each time with the inner frames left on its cause: the whole chain is walked, so the message names the
@@ -211,7 +230,9 @@ def _describe(e: BaseException, candidate_file: str, limit: int = 4000) -> str:
     lines = [f'  candidate line {f.lineno}, in {f.name}: {f.line or ""}' for f in frames[-6:]]
     root = _interpreter_root(chain)
     message = f"{type(e).__name__}: {type(root).__name__}: {root}" if root is not None else f"{type(e).__name__}: {e}"
-    text = "\n".join(lines + [message])
+    head = "\n".join(lines)
+    room = max(limit - len(head) - 1, limit // 4)  # a long message is cut, not the lines naming where it happened
+    text = "\n".join([*lines, message[:room]])
     return text[-limit:]
 
 

@@ -92,3 +92,20 @@ def test_only_the_candidates_frames_are_named_all_the_chain_down_and_a_cause_cyc
     assert detail.index("in outer") < detail.index("in middle") < detail.index("in inner"), detail  # as the stack ran
     assert __file__ not in detail and "test_interpreter_errors" not in detail, detail
     assert detail.endswith("RuntimeError: outer failed"), detail
+
+
+def test_an_exception_that_cannot_be_described_still_gets_a_reply() -> None:
+    """A candidate's exception is the candidate's object: a `__str__` that raises, or a class whose module is not a
+    string, must not turn the worker's reply into a crash."""
+    from kernelwright.evaluators.worker import _error_kind
+
+    class Hostile(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    Odd = type("InterpreterError", (Exception,), {"__module__": None})
+    assert _describe(Hostile(), "/nowhere.py") == "Hostile: (its message could not be read)"
+    assert _error_kind(Hostile()) == "exception"
+    assert _describe(Odd("x"), "/nowhere.py").endswith("InterpreterError: x")
+    long = _describe(RuntimeError("y" * 10_000), "/nowhere.py", limit=300)
+    assert len(long) <= 300 and long.startswith("RuntimeError: yyy")
