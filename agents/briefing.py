@@ -233,10 +233,19 @@ def coder_prompt(*, problem: str, parent: str, proposal: Proposal, facts: str, i
         coverage=coverage or coverage_note(problem), contract=prompts.contract())
 
 
-def writer_prompt(*, problem: str, facts: str, quick_check_text: str, rejected: str | None = None) -> str:
-    """The first-kernel writer's prompt; `rejected`: the full verifier's verdict on the attempt it repairs."""
+WRITER_LEARNED_HEAD = ("\n\n## What earlier runs learned on problems of this kind\nMoves that measured a gain on "
+                       "earlier runs' kernels (their kernels are not yours: weigh each move for your first design, "
+                       "and measure):\n")
+"""heads the knowledge store's entries in the first-kernel writer's prompt (`playbook.for_writer`)"""
+
+
+def writer_prompt(*, problem: str, facts: str, quick_check_text: str, rejected: str | None = None,
+                  learned: str = "") -> str:
+    """The first-kernel writer's prompt; `rejected`: the full verifier's verdict on the attempt it repairs;
+    `learned`: the knowledge store's entries for the problem's kinds (`playbook.for_writer`), none when empty."""
     prompt = prompts.load("writer").format(problem=problem, facts=facts, quick_check=quick_check_text,
-                                           contract=prompts.contract())
+                                           contract=prompts.contract(),
+                                           learned=WRITER_LEARNED_HEAD + learned if learned else "")
     if rejected is not None:
         prompt += ("\n\n## Your previous attempt, rejected by the full verifier\nIt passed the quick check, but the "
                    f"full verification (every input family, more trials) rejected it:\n{rejected}\nThe editor starts "

@@ -429,12 +429,13 @@ def code(model: BaseChatModel, parent_source: str, proposal: Proposal, quick_che
 
 def write(model: BaseChatModel, problem: str, quick_check: QuickCheck, *, usage: Usage | None = None,
           rounds: int = 16, facts: str = "(not given)", quick_check_text: str = briefing.QUICK_CHECK_CPU,
-          rejected: tuple[str, str] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+          rejected: tuple[str, str] | None = None, learned: str = "") -> tuple[str | None, list[dict[str, Any]]]:
     """Write a first kernel for the problem from its reference (no seed kernel given), with the coder's tools.
     `rejected`: (an earlier attempt's source, the full verifier's verdict on it) — this attempt starts from that
-    source and is told why it was rejected, to repair it rather than start over."""
+    source and is told why it was rejected, to repair it rather than start over. `learned`: what earlier runs
+    measured on problems of its kinds (`playbook.for_writer`), shown beside the device when not empty."""
     prompt = briefing.writer_prompt(problem=problem, facts=facts, quick_check_text=quick_check_text,
-                                    rejected=rejected[1] if rejected is not None else None)
+                                    rejected=rejected[1] if rejected is not None else None, learned=learned)
     start = rejected[0] if rejected is not None else ""
     return _edit(model, start, prompt, quick_check, usage if usage is not None else Usage(), rounds)
 

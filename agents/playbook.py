@@ -24,7 +24,7 @@ from kernelwright import prompts
 from kernelwright.evaluators import pyast
 from kernelwright.evaluators.kinds import problem_kinds
 from kernelwright.tools.knowledge import (EVIDENCE_CHARS, EVIDENCE_LINES, WHAT_CHARS, Knowledge, KnowledgeStore, now,
-                                          problem_name)
+                                          problem_name, shorten)
 from kernelwright.tools.runstore import Run, RunError
 
 from .briefing import PLAYBOOK_CHARS, clip
@@ -232,15 +232,15 @@ def choose_shipped(kinds: Iterable[str], diagnosis: Diagnosis | None, limit: int
 
 def choose_learned(kinds: Iterable[str], diagnosis: Diagnosis | None, entries: Sequence[Knowledge],
                    run_gpu: str | None = None, limit: int = LEARNED_LIMIT,
-                   exclude_run: str | None = None) -> list[Knowledge]:
+                   exclude_run: str | None = None, problem: str | None = None) -> list[Knowledge]:
     """Earlier runs' entries for a problem of `kinds` with this diagnosis: of its kinds only, not of the run
-    `exclude_run` (its own steps are in its history already), best fit first, then the larger gain, then the
-    newer; one per move and problem; at most `limit`."""
+    `exclude_run` (its own steps are in its history already), those of the same `problem` (its name) first when
+    given, then best fit, then the larger gain, then the newer; one per move and problem; at most `limit`."""
     ks = set(kinds)
     scored = [(s, k) for k in entries if k.run_id != exclude_run
               and (s := _learned_score(k, ks, diagnosis, run_gpu)) is not None]
     scored.sort(key=lambda t: t[1].date, reverse=True)  # the newer first among equals (the sort below is stable)
-    scored.sort(key=lambda t: (-t[0], -t[1].speedup))
+    scored.sort(key=lambda t: (problem is None or t[1].problem != problem, -t[0], -t[1].speedup))
     out: list[Knowledge] = []
     seen: set[tuple[str, str]] = set()
     for _, k in scored:
@@ -251,12 +251,6 @@ def choose_learned(kinds: Iterable[str], diagnosis: Diagnosis | None, entries: S
         if len(out) >= limit:
             break
     return out
-
-
-def _short(text: str, limit: int) -> str:
-    """One line, at most `limit` characters."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _pct(x: float) -> str:
@@ -278,8 +272,9 @@ def render_learned(k: Knowledge, run_gpu: str | None = None) -> str:
         effect.append(f"{k.vs_compile:.2f}x torch.compile")
     if k.fraction_of_floor is not None:
         effect.append(f"{_pct(k.fraction_of_floor)} of the floor")
-    evidence = _short(k.evidence[0], 160) if k.evidence else ""
-    what = _short(k.what, 200)
+    # whole as stored (`knowledge_entry` bounds them at a clause); the bounds again for an entry edited by hand
+    evidence = shorten(k.evidence[0], EVIDENCE_CHARS) if k.evidence else ""
+    what = shorten(k.what, WHAT_CHARS)
     return (f"- {provenance(k, run_gpu)}, problem {k.problem} ({', '.join(k.kinds) or 'kind unknown'}): "
             f"diagnosed {k.bottleneck}{f' ({evidence})' if evidence else ''} -> {k.category} {k.key}"
             f"{f': {what}' if what else ''} -> {', '.join(effect)}")
@@ -291,6 +286,32 @@ def render_shipped(i: int, e: PlaybookEntry, run_gpu: str | None = None) -> str:
     versions = ", ".join(f"{name} {v}" for name, v in (("torch", e.torch), ("triton", e.triton)) if v)
     return (f"{i}. [{e.id}] {e.symptom} -> {e.move} ({e.category}). What it did: {e.effect} "
             f"({_where(e.gpu, run_gpu)}{f'; {versions}' if versions else ''})")
+
+
+LEARNED_HEAD = "From earlier runs on this machine (the knowledge store; what their steps measured):"
+
+
+def fit_entries(head: list[str], groups: Sequence[tuple[str, list[str]]], limit: int) -> str:
+    """The lines `head`, then each group's heading and its entries (one line each, best first), within `limit`
+    characters: while they do not fit, the last entry of the group showing the most is left out (the shipped
+    playbook and the earlier runs keep a share each), and a line says how many were; an entry is never cut
+    (a model shown 'BLOCK 40…' could not use it, issue 23). `clip` remains the guard for a head too long."""
+    shown = [list(lines) for _, lines in groups]
+    dropped = 0
+
+    def text() -> str:
+        out = list(head)
+        for (heading, _), lines in zip(groups, shown):
+            if lines:
+                out += [heading, *lines]
+        if dropped:
+            out.append(f"({dropped} more {'entry' if dropped == 1 else 'entries'} not shown: this block is bounded)")
+        return "\n".join(out)
+
+    while len(text()) > limit and any(shown):
+        max(reversed(shown), key=len).pop()  # the longest group; among equals the later one (the earlier runs)
+        dropped += 1
+    return clip(text(), limit)
 
 
 def playbook_for(kinds: Iterable[str], diagnosis: Diagnosis | None, gpu_name: str | None,
@@ -307,15 +328,11 @@ def playbook_for(kinds: Iterable[str], diagnosis: Diagnosis | None, gpu_name: st
     bottleneck = diagnosis.bottleneck if diagnosis is not None else "unknown"
     lines = [f"Chosen for a problem of kind {', '.join(ks) or 'unknown'}, diagnosed {bottleneck}. Effects vary with "
              "the problem and the GPU: measure, do not assume."]
-    if chosen:
-        lines.append("From the shipped playbook:")
-        lines += [render_shipped(i, e, gpu_name) for i, e in enumerate(chosen, 1)]
-    if learned:
-        lines.append("From earlier runs on this machine (the knowledge store; what their steps measured):")
-        lines += [render_learned(k, gpu_name) for k in learned]
     if not chosen and not learned:
         lines.append("(nothing in the shipped playbook or in earlier runs matches this problem's kind)")
-    return clip("\n".join(lines), PLAYBOOK_CHARS)
+    return fit_entries(lines, [("From the shipped playbook:", [render_shipped(i, e, gpu_name)
+                                                              for i, e in enumerate(chosen, 1)]),
+                               (LEARNED_HEAD, [render_learned(k, gpu_name) for k in learned])], PLAYBOOK_CHARS)
 
 
 # -- the run's side ------------------------------------------------------------------------------------------
@@ -346,6 +363,31 @@ def for_strategist(ctx: RunContext, state: dict[str, Any]) -> str:
                         _run_gpu(ctx, state.get("branch") or 0), entries, exclude_run=ctx.run.id,
                         source=ctx.run.problem_source(), programs=programs, sms=sms,
                         parent_source=_parent_source(ctx, state))
+
+
+def for_writer(ctx: RunContext) -> str:
+    """What earlier runs learned, for the first-kernel writer: the knowledge store's entries of the problem's kinds
+    (those of the same problem first, then by measured gain; there is no diagnosis yet), at most `LEARNED_LIMIT`,
+    rendered as the strategist's block of earlier runs is, each labelled with the GPU it was measured on against
+    this run's. Empty when the run leaves the store out (`use_knowledge`) or nothing in it applies. The shipped
+    playbook is the strategist's, chosen by a diagnosis: not shown here."""
+    cfg = ctx.config
+    if not cfg.use_knowledge:
+        return ""
+    try:
+        entries = KnowledgeStore(cfg.knowledge).entries()
+        if not entries:
+            return ""
+        gpu = _run_gpu(ctx, 0)
+        learned = choose_learned(_kinds(ctx), None, entries, gpu, LEARNED_LIMIT, exclude_run=ctx.run.id,
+                                 problem=problem_name(ctx.run.info().problem))
+    except Exception as e:  # noqa: BLE001 - a memory of earlier runs: without it the writer still writes
+        log.warning("the knowledge store's entries could not be chosen for the first kernel: %s: %s",
+                    type(e).__name__, e)
+        return ""
+    if not learned:
+        return ""
+    return fit_entries([], [(LEARNED_HEAD, [render_learned(k, gpu) for k in learned])], PLAYBOOK_CHARS)
 
 
 def _parent_source(ctx: RunContext, state: dict[str, Any]) -> str | None:
@@ -398,9 +440,9 @@ def knowledge_entry(run: Run, result: Mapping[str, Any], step: Step, archive: Ar
         gpu=versions.get("gpu") or gpu or "unknown",
         versions={k: versions[k] for k in ("torch", "triton") if k in versions},
         bottleneck=str(diagnosis.get("bottleneck") or "unknown"),
-        evidence=[_short(str(x), EVIDENCE_CHARS) for x in (diagnosis.get("evidence") or [])[:EVIDENCE_LINES]],
+        evidence=[shorten(str(x), EVIDENCE_CHARS) for x in (diagnosis.get("evidence") or [])[:EVIDENCE_LINES]],
         category=str(proposal.get("category") or "other"), key=step.proposal_key,
-        what=_short(str(proposal.get("what") or ""), WHAT_CHARS), speedup=float(step.measured_speedup or 1.0),
+        what=shorten(str(proposal.get("what") or ""), WHAT_CHARS), speedup=float(step.measured_speedup or 1.0),
         noise_band=max(float(outcome.get("noise_band") or 0.0), parent.noise_band if parent is not None else 0.0),
         child_ms=outcome.get("median_ms"), vs_compile=outcome.get("speedup_vs_compile"),
         fraction_of_floor=outcome.get("fraction_of_floor"),
@@ -490,27 +532,23 @@ def learn(run: Run, store: KnowledgeStore) -> Learned:
     out = Learned()
     gpu: str | None = None
     for r in records:
-        try:
+        try:  # a record is the run's file, possibly hand-edited or cut short: one that cannot be read is counted
             step = Step.model_validate(r.get("decision"))
-        except ValidationError:
-            out.unreadable += 1
-            continue
-        outcome = r.get("outcome") or {}
-        if not r.get("proposal") or not winning(step, archive, float(outcome.get("noise_band") or 0.0)):
-            out.not_won += 1
-            continue
-        if f"{run.id}/{step.step_id}" in held:
-            out.already += 1
-            continue
-        versions = {str(k): str(v) for k, v in ((run.eval(step.child_id or "") or {}).get("versions") or {}).items()}
-        if not versions.get("gpu") and gpu is None:
-            gpu = run_gpu_named(run)
-        models = r.get("role_models") or {}
-        try:
+            outcome = r.get("outcome") or {}
+            if not r.get("proposal") or not winning(step, archive, float(outcome.get("noise_band") or 0.0)):
+                out.not_won += 1
+                continue
+            if f"{run.id}/{step.step_id}" in held:
+                out.already += 1
+                continue
+            versions = {str(k): str(v) for k, v in ((run.eval(step.child_id or "") or {}).get("versions") or {}).items()}
+            if not versions.get("gpu") and gpu is None:
+                gpu = run_gpu_named(run)
+            models = r.get("role_models") or {}
             entry = knowledge_entry(run, r, step, archive, versions=versions, gpu=gpu,
                                     strategist=models.get("strategist") or r.get("policy") or "unknown",
                                     date=r.get("time") or None)
-        except ValidationError:
+        except (ValidationError, ValueError, TypeError, AttributeError, RunError):
             out.unreadable += 1
             continue
         store.append(entry)

@@ -29,8 +29,32 @@ log = logging.getLogger(__name__)
 FILE_NAME = "knowledge.jsonl"
 EVIDENCE_LINES = 3
 """evidence lines kept per entry (the diagnosis's first ones)"""
-EVIDENCE_CHARS = 200
-WHAT_CHARS = 300
+EVIDENCE_CHARS = 300
+"""an evidence line kept whole up to this (the diagnoses of six relay runs on an H100 and an H200, 125 lines: median
+84 characters, 90 % within 142, the longest 268)"""
+WHAT_CHARS = 600
+"""a proposal's `what` kept whole up to this (the same runs' 24 proposals: median about 440 characters, 22 within 600,
+the longest 970); at 300 entries broke off inside their values ('BLOCK 40…', issue 23)"""
+CLAUSE_ENDS = (". ", "; ", ", ")
+"""where a text too long to keep whole may be cut: after a sentence or a clause, never inside a value"""
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` on one line, whole when it fits in `limit` characters; else cut at its last sentence or clause boundary
+    (`CLAUSE_ENDS`) that keeps at least half of the limit, else at its last space, and marked with an ellipsis, so a
+    cut never splits a number or a name ('nprog computed first as min(NCH…' told a model nothing it could use, issue
+    23). Only a text with no space in its first `limit` characters is cut inside a word."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    window = text[: limit - 1]  # a cut at i keeps text[:i + 1] at most, then " …": within the limit
+    best = max(window.rfind(end) for end in CLAUSE_ENDS)
+    if best >= limit // 2:
+        return text[: best + 1].rstrip(",;") + " …"
+    space = window.rfind(" ")
+    if space > 0:
+        return text[:space].rstrip(",;") + " …"
+    return text[: limit - 1] + "…"
 
 
 class Knowledge(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .. import llm
+from .. import llm, playbook
 from ..archive import Archive
 from ..archive import seed as seed_archive
 from ..context import RunContext
@@ -75,6 +75,7 @@ def _write_seed(ctx: RunContext) -> tuple[str | None, str | None]:
     provider_down = None
     rejected: tuple[str, str] | None = None
     n = max(1, cfg.branches)
+    learned: str | None = None  # what earlier runs learned: read once, every attempt is shown the same entries
     for k in range(n + SEED_REPAIRS):
         if k >= n and (best is not None or rejected is None):
             break  # one per branch, then repairs only while nothing passed and a rejected kernel can be repaired
@@ -82,13 +83,15 @@ def _write_seed(ctx: RunContext) -> tuple[str | None, str | None]:
         preparing = ctx.evaluations.preparing()
         run.set_phase(f"writing the first kernel ({attempt_words}) with {spec}"
                       + (f"; preparing {', '.join(preparing)} meanwhile" if preparing else ""))
+        if learned is None:
+            learned = playbook.for_writer(ctx)
         usage = ctx.models.usage(spec, "coder", f"first kernel, {attempt_words}")
         transcript: list[dict[str, Any]] = []
         error = kind = None
         try:
             src, transcript = llm.write(ctx.models.chat_model(spec), run.problem_source(), quick_check(ctx), usage=usage,
                                         facts=facts_text(ctx, 0), quick_check_text=quick_check_text(ctx, 0),
-                                        rejected=rejected if k >= n else None)
+                                        rejected=rejected if k >= n else None, learned=learned)
             error = None if src else "no kernel that passes the quick check"
         except (llm.ProviderError, llm.ModelError) as e:
             src, (error, kind) = None, failure_of(e)

@@ -29,7 +29,8 @@ def test_prompts_fill_with_their_fields() -> None:
                                           predictions="R", playbook="B", parent_label="L")
     c = prompts.load("coder").format(problem="P", parent="K", proposal="Q", facts="G", contract=prompts.contract(),
                                      inspirations="I", quick_check="C", parent_label="L", coverage="V")
-    w = prompts.load("writer").format(problem="P", facts="G", quick_check="C", contract=prompts.contract())
+    w = prompts.load("writer").format(problem="P", facts="G", quick_check="C", contract=prompts.contract(),
+                                      learned="")
     assert "Diagnosis tool" in a and "Proposal tool" in s and "search_replace" in c and "write_kernel" in w
     # every field a template names is filled: no stray braces remain
     for text in (a, s, c, w):

@@ -212,6 +212,15 @@ def test_learn_a_runs_winning_steps_as_the_run_would_have(tmp_path: Path, monkey
     r = invoke("knowledge", "learn", without.id, "--run-dir", tmp_path / "runs", "--knowledge", kept)
     assert r.output.strip() == f"learned 0 entries from {without.id} (1 already held; 1 steps did not win)"
     assert len(KnowledgeStore(kept).entries()) == 2
+    # a record edited by hand (a noise band that is not a number): counted as unreadable, no traceback
+    bad = rec.model_dump(mode="json")
+    bad.update(step_id="g3b0", decision={**bad["decision"], "step": 2, "step_id": "g3b0"},
+               outcome={**(bad.get("outcome") or {}), "noise_band": "wide"})
+    without.append_step(bad)
+    r = invoke("knowledge", "learn", without.id, "--run-dir", tmp_path / "runs", "--knowledge", kept)
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == (f"learned 0 entries from {without.id} (1 already held; 1 steps did not win; "
+                                "1 step records could not be read)")
 
 
 def test_learn_from_what_is_not_a_run(tmp_path: Path) -> None:
