@@ -248,10 +248,11 @@ _REFUSED_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 
 def _socket_filter(machine: str) -> bytes:
     """The filter: on this architecture, socket(AF_UNIX | AF_INET | AF_INET6, ...) and io_uring_setup fail
-    with EACCES (as do x32 system calls on x86_64); everything else is allowed."""
+    with EACCES, as does every call of another architecture's table (x32 on x86_64, and i386's through `int 0x80`,
+    whose socketcall would open the same sockets under other numbers); everything else is allowed."""
     ins = [
         (_LD_ABS_W, 0, 0, 4),                                  # 0: arch
-        (_JEQ_K, 0, 8, _AUDIT_ARCH[machine]),                  # 1: another architecture's call: allow (10)
+        (_JEQ_K, 0, 9, _AUDIT_ARCH[machine]),                  # 1: another architecture's call: refuse (11)
         (_LD_ABS_W, 0, 0, 0),                                  # 2: nr
         (_JGE_K, 7, 0, 0x40000000),                            # 3: x32: refuse (11)
         (_JEQ_K, 6, 0, _IO_URING_SETUP),                       # 4: refuse (11)

@@ -65,3 +65,40 @@ def test_a_candidate_reaches_no_unix_or_tcp_socket(tmp_path: Path, test_device: 
     finally:
         unix.close()
         tcp.close()
+
+
+I386_SOCKET = '''
+import ctypes, mmap, sys
+from kernelwright.evaluators import sandbox
+
+# i386's socket(AF_UNIX, SOCK_STREAM, 0) through `int 0x80`: system call 359 of the 32-bit table, which a 64-bit
+# process can reach where the kernel emulates IA-32, and which a filter written for the 64-bit numbers misses
+code = bytes([0x53, 0xB8, 0x67, 0x01, 0, 0, 0xBB, 1, 0, 0, 0, 0xB9, 1, 0, 0, 0, 0x31, 0xD2, 0xCD, 0x80, 0x5B, 0xC3])
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+before = call()
+said = sandbox.no_sockets()
+print(before, call(), said)
+'''
+
+
+def test_the_32_bit_system_call_table_opens_no_socket_either() -> None:
+    """Class 26 by another door: on x86_64 with IA-32 emulation, `int 0x80` enters i386's system call table, where
+    socket() has another number (359, or socketcall 102); the filter refuses every call of another architecture's
+    table (a reviewer's finding: it allowed them)."""
+    import platform
+    import subprocess
+    import sys
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the i386 table is x86_64's")
+    out = subprocess.run([sys.executable, "-c", I386_SOCKET], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT.parent.parent)
+    assert out.returncode == 0, out.stderr[-1500:]
+    before, after, said = out.stdout.split(maxsplit=2)
+    if int(before) < 0:
+        pytest.skip(f"no IA-32 emulation here (the 32-bit socket() gave {before} before any filter)")
+    if not said.startswith("no new sockets"):
+        pytest.skip(f"no seccomp filter on this machine: {said.strip()}")
+    assert int(after) == -13, f"a 32-bit socket() got fd {after} past the filter (EACCES expected)"
