@@ -188,12 +188,18 @@ def describe_eval(result: EvalResult | None) -> str:
     return "\n".join(lines)
 
 
+SWEPT_HEADING = "What the builtin's tuning measured around this kernel:"
+
+
 def analyst_prompt(*, problem: str, parent: str, evaluation: str, profile: str, facts: str, parent_label: str,
-                   history: str) -> str:
+                   history: str, swept: str = "") -> str:
     """The analyst's prompt: the problem, the parent, its verdict and profile, the device, the lineage's last
-    steps."""
+    steps and what a tuning sweep measured around the parent (a model analysing a parent whose block sizes and
+    warps had been timed was not told, and guessed at occupancy the sweep had answered)."""
     return prompts.load("analyst").format(problem=problem, parent=parent, evaluation=evaluation, profile=profile,
-                                          facts=facts, parent_label=parent_label, history=history or "(none yet)")
+                                          facts=facts, parent_label=parent_label,
+                                          history=(history or "(none yet)") + (f"\n{SWEPT_HEADING}\n{swept}" if swept
+                                                                               else ""))
 
 
 def strategist_prompt(*, problem: str, parent: str, standing: str, diagnosis: Diagnosis, history: str,
@@ -211,7 +217,7 @@ def strategist_prompt(*, problem: str, parent: str, standing: str, diagnosis: Di
         problem=problem, parent=parent, standing=standing, diagnosis=render_diagnosis(diagnosis),
         evidence=f"\nWhat the analyst read (the profile of the parent):\n{evidence}\n" if evidence else "",
         history=history or "(none yet)", siblings=siblings, facts=facts,
-        failed=(", ".join(failed) or "(none)") + (f"\nWhat the builtin's tuning measured around this kernel:\n{swept}"
+        failed=(", ".join(failed) or "(none)") + (f"\n{SWEPT_HEADING}\n{swept}"
                                                    if swept else ""),
         inspirations=inspirations, predictions=predictions, parent_label=parent_label,
         playbook=playbook if playbook is not None else clip(prompts.playbook(), PLAYBOOK_CHARS))

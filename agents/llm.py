@@ -383,11 +383,12 @@ def _log(transcript: list[dict[str, Any]] | None, msg: BaseMessage, limit: int =
 
 def analyse(model: BaseChatModel, *, problem: str, parent: str, evaluation: str, profile: str, usage: Usage,
             facts: str = "(not given)", transcript: list[dict[str, Any]] | None = None,
-            parent_label: str = "the kernel to improve", history: str = "(none yet)") -> Diagnosis:
+            parent_label: str = "the kernel to improve", history: str = "(none yet)", swept: str = "") -> Diagnosis:
     """The analyst's diagnosis of the parent. `history`: the lineage's last steps, so that a parent analysed again
-    after a child of it failed or lost is read in the light of what was tried (not as if nothing had happened)."""
+    after a child of it failed or lost is read in the light of what was tried (not as if nothing had happened);
+    `swept`: what the builtin's tuning measured around the parent (its knob moves, each timed)."""
     prompt = briefing.analyst_prompt(problem=problem, parent=parent, evaluation=evaluation, profile=profile,
-                                     facts=facts, parent_label=parent_label, history=history)
+                                     facts=facts, parent_label=parent_label, history=history, swept=swept)
     return structured(model, Diagnosis, prompt, usage, transcript=transcript)  # type: ignore[return-value]
 
 

@@ -46,7 +46,8 @@ def _llm_analyst(state: State, ctx: RunContext) -> State:
                         evaluation=briefing.describe_eval(result), profile=render(evidence, briefing.EVIDENCE_CHARS),
                         facts=facts_text(ctx, state.get("branch") or 0), usage=usage, transcript=transcript,
                         parent_label=label_of(state),
-                        history=briefing.render_history((state.get("history") or [])[-ANALYST_HISTORY:]))
+                        history=briefing.render_history((state.get("history") or [])[-ANALYST_HISTORY:]),
+                        swept=state.get("swept") or "")
     except (llm.ProviderError, llm.ModelError) as e:
         # the builtin reading keeps the branch going; the failure is in the trace
         d, error = _builtin_diagnosis(result, evidence), failure_of(e)

@@ -368,3 +368,16 @@ def test_the_strategist_is_shown_the_sweep(tmp_path: Path, monkeypatch: pytest.M
                    failed=["BLOCK_M=256"], usage=llm.Usage(), swept="- the builtin's sweep: BLOCK_M=256 0.536 ms")
     prompt = m.seen[0][0].content
     assert "BLOCK_M=256\nWhat the builtin's tuning measured around this kernel:\n- the builtin's sweep" in prompt
+
+
+def test_the_analyst_is_shown_the_sweep_too() -> None:
+    """A relay model analysing a kernel whose block sizes and warps the builtin had timed was not told, and asked for
+    it: the analyst reads what the sweep measured beside the lineage's last steps."""
+    from kernelwright.agents import llm
+
+    m = Scripted(script=[call("Diagnosis", DIAGNOSIS, 0)])
+    llm.analyse(m, problem="P", parent=SEED, evaluation="e", profile="p", usage=llm.Usage(), history="g1b0 ...",
+                swept="- the builtin's sweep of step g2b0's child (5.671 ms as written): BLOCK=8192 6.681 ms")
+    prompt = m.seen[0][0].content
+    assert "g1b0 ...\nWhat the builtin's tuning measured around this kernel:\n- the builtin's sweep of step g2b0" \
+        in prompt
