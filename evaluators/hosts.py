@@ -41,7 +41,8 @@ from multiprocessing.managers import BaseManager
 from typing import Any, Callable
 
 from .cluster import CALL_TIMEOUT_S, MAX_CONCURRENCY, RETRIES, ClusterError, EvalActor, Lost, Slot, SlotLost, first_line, version
-from .pool import SECRETISH
+from . import reaper
+from .pool import SECRETISH, sweep_orphans
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,9 @@ class Host:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
+        # the host had adopted what its candidates left behind (it is a subreaper); killed, it hands them to the
+        # driver, a subreaper too since it started a host (`LocalSlot._start`), whose sweep kills them
+        sweep_orphans()
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -115,6 +119,7 @@ class LocalSlot(Slot):
         return f"the {self.device} host process (pid {self.hello.get('pid')})"
 
     def _start(self) -> Host:
+        reaper.become_subreaper()  # a host killed mid-evaluation hands its adopted orphans here, not to init
         folder = tempfile.mkdtemp(prefix="kw-host-")  # 0700: the socket is reachable by this user only
         address = os.path.join(folder, "s")
         key = secrets.token_bytes(32)

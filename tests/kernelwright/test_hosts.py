@@ -228,3 +228,21 @@ def test_optimize_and_bench_judge_in_hosts(tmp_path: Path) -> None:
         "level1/1_ReLU.py": ("pass", "ok"), "level1/2_ReLU_signs.py": ("fail", "wrong_output")}
     assert all(row["actor"] and int(row["actor"].rsplit(":", 1)[1]) != os.getpid() for row in rows.values())
     assert not _hosts()  # every host ended with its run
+
+
+def test_the_driver_adopts_and_sweeps_what_a_killed_host_had_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host is its candidates' subreaper; killed (lost mid-evaluation), it would hand what they left behind to init.
+    The driver becomes a subreaper when it starts a host and sweeps after killing one (a reviewer's finding)."""
+    from kernelwright.evaluators import hosts
+
+    asked: list[str] = []
+    monkeypatch.setattr(hosts.reaper, "become_subreaper", lambda: asked.append("subreaper") or True)
+    monkeypatch.setattr(hosts, "sweep_orphans", lambda: asked.append("sweep") or [])
+    slot = LocalSlot("cpu", name="adopting")
+    try:
+        host = slot._start()
+        assert asked == ["subreaper"]
+        host.kill()
+        assert asked == ["subreaper", "sweep"] and host.proc.poll() is not None
+    finally:
+        slot.close()
