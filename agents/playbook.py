@@ -345,8 +345,7 @@ def _run_gpu(ctx: RunContext, branch: int) -> str | None:
         return None
 
 
-def _kinds(ctx: RunContext) -> list[str]:
-    run = ctx.run
+def _kinds(run: Run) -> list[str]:
     return list(problem_kinds(run.problem_source(), run.info().problem))
 
 
@@ -359,7 +358,7 @@ def for_strategist(ctx: RunContext, state: dict[str, Any]) -> str:
         entries = KnowledgeStore(cfg.knowledge).entries()
     d = state.get("diagnosis")
     programs, sms = _grid_and_sms(ctx, state)
-    return playbook_for(_kinds(ctx), Diagnosis.model_validate(d) if d else None,
+    return playbook_for(_kinds(ctx.run), Diagnosis.model_validate(d) if d else None,
                         _run_gpu(ctx, state.get("branch") or 0), entries, exclude_run=ctx.run.id,
                         source=ctx.run.problem_source(), programs=programs, sms=sms,
                         parent_source=_parent_source(ctx, state))
@@ -379,7 +378,7 @@ def for_writer(ctx: RunContext) -> str:
         if not entries:
             return ""
         gpu = _run_gpu(ctx, 0)
-        learned = choose_learned(_kinds(ctx), None, entries, gpu, LEARNED_LIMIT, exclude_run=ctx.run.id,
+        learned = choose_learned(_kinds(ctx.run), None, entries, gpu, LEARNED_LIMIT, exclude_run=ctx.run.id,
                                  problem=problem_name(ctx.run.info().problem))
     except Exception as e:  # noqa: BLE001 - a memory of earlier runs: without it the writer still writes
         log.warning("the knowledge store's entries could not be chosen for the first kernel: %s: %s",
@@ -436,7 +435,7 @@ def knowledge_entry(run: Run, result: Mapping[str, Any], step: Step, archive: Ar
     parent = archive.entries.get(step.parent_id)
     return Knowledge(
         id=f"{run.id}/{step.step_id}", date=date or now(), run_id=run.id, step_id=step.step_id or str(step.step),
-        problem=problem_name(run.info().problem), kinds=list(problem_kinds(run.problem_source(), run.info().problem)),
+        problem=problem_name(run.info().problem), kinds=_kinds(run),
         gpu=versions.get("gpu") or gpu or "unknown",
         versions={k: versions[k] for k in ("torch", "triton") if k in versions},
         bottleneck=str(diagnosis.get("bottleneck") or "unknown"),

@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import queue
 import threading
 from collections.abc import Callable, Iterator
-import queue
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -110,8 +110,8 @@ class BaselineTimer:
         self._compile_errors: dict[str, str] = {}
         self._flush: torch.Tensor | None = None
         self._closed_gen = 0
-        self._thread: _Lane | None = None
-        self._thread_lock = threading.Lock()
+        self._lane: _Lane | None = None
+        self._lane_lock = threading.Lock()
 
     def _on_thread(self, fn: Callable[[], T]) -> T:
         """`fn()` run on the timer's own long-lived thread (started at the first call), waited for, its exception
@@ -125,10 +125,10 @@ class BaselineTimer:
         that thread itself runs in place."""
         if threading.current_thread().name.startswith(BASELINE_THREAD):
             return fn()
-        with self._thread_lock:
-            if self._thread is None:
-                self._thread = _Lane()
-            lane = self._thread
+        with self._lane_lock:
+            if self._lane is None:
+                self._lane = _Lane()
+            lane = self._lane
 
         def on_device() -> T:
             if getattr(self.device, "type", None) == "cuda":
@@ -142,8 +142,8 @@ class BaselineTimer:
         compile) and drop the timer's compiled models, so that their CUDA graphs and private pool can go once nothing
         else holds them (Dynamo's own caches may). A compile in flight keeps its model out of the timer. A later
         call would start a new thread and compile again; idempotent."""
-        with self._thread_lock:
-            lane, self._thread = self._thread, None
+        with self._lane_lock:
+            lane, self._lane = self._lane, None
             self._closed_gen += 1
         if lane is not None:
             lane.stop()

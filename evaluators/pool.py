@@ -500,9 +500,6 @@ class Worker:
         child.close()
         with _WORKERS_LOCK:
             _WORKERS.add(self)
-        self.left_behind: list[int] = []
-        """processes killed by the sweep when this worker ended: its candidate's, unless evaluations ran side
-        by side (a process that left its group carries no mark of the worker it came from)"""
         self.wrapped = bool(wrapper)
         self._went = not deferred
         self._ready = False
@@ -761,7 +758,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             log.warning("worker %s did not die within 10 s of SIGKILL", self.proc.pid)
         # Its group is dead; what left the group (setsid) was re-parented to this process when its parent ended.
-        self.left_behind += sweep_orphans()
+        sweep_orphans()
 
     def close(self) -> None:
         if self.proc.poll() is None and self._ready:

@@ -132,7 +132,7 @@ def test_the_baseline_thread_never_holds_up_exit_and_a_closed_timer_is_not_a_com
     closed.stop()
     with pytest.raises(baselines.LaneClosed):
         closed.run(lambda: 1)
-    timer._thread = closed  # closed between the caller's check and its call
+    timer._lane = closed  # closed between the caller's check and its call
     timer._compiled_models.clear()
     (tmp_path / "baselines").mkdir(exist_ok=True)
     for f in (tmp_path / "baselines").glob("*.json"):

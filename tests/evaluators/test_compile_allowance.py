@@ -152,7 +152,6 @@ def fake_worker(tmp_path: Path) -> Iterator[Callable[[Limits], tuple[Worker, soc
     def make(limits: Limits) -> tuple[Worker, socket.socket]:
         w = object.__new__(Worker)
         w.device, w.limits, w.proc, w._oom, w.device_peak = "cpu", limits, _Gone(), False, 0
-        w.left_behind = []
         w.cache_dir = str(tmp_path / "triton-cache")
         os.makedirs(w.cache_dir, exist_ok=True)
         w.sock, peer = socket.socketpair()
